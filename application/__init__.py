@@ -1,0 +1,1 @@
+"""Application services: the pico operations over ports."""

@@ -1,0 +1,278 @@
+"""The public API (§9): ``Harness`` and ``ConversationHandle``.
+
+Storage calls are synchronous underneath; the surface is async because effects (model
+calls, tools, jobs) run concurrently. Every command resolves only after its one batch is
+durable and published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from pico.application.command import Command, ConversationCommand
+from pico.application.line import CommandLine
+from pico.application.ports import AuditRecord, ReadPort, Storage
+from pico.application.registry import get_storage_opener
+from pico.domain.errors import UnknownConversationError
+from pico.domain.json import JsonValue
+from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta
+
+__all__ = ["ConversationHandle", "Harness"]
+
+T = TypeVar("T")
+
+
+class Harness:
+    """One open session. Open with ``await Harness.open("sqlite:///agent.db")``."""
+
+    def __init__(self, line: CommandLine) -> None:
+        self._line = line
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    async def open(
+        cls,
+        storage: str | Storage = "sqlite:///pico.db",
+        *,
+        session: str = "main",
+        durability: str | None = None,
+        read_only: bool = False,
+    ) -> Harness:
+        """Open (or create) a session.
+
+        Args:
+            storage: a URL (``sqlite:///path.db``, ``memory://``, ``postgresql://...``) or a
+                ready ``Storage``.
+            session: the session name; many sessions can share one database.
+            durability: ``"process"`` (default: survives a process crash) or ``"fsync"``
+                (flush every commit to disk: survives power loss).
+            read_only: open for audit and reads only; appends no claim.
+        """
+        if isinstance(storage, str):
+            opener = get_storage_opener()
+            store = opener(storage, session=session, durability=durability, read_only=read_only)
+        else:
+            store = storage
+        try:
+            line = CommandLine.open(store, read_only=read_only)
+            harness = cls(line)
+            if not read_only and line.session.root_id is None:
+                await line.run(_create_root)
+        except BaseException:
+            store.close()
+            raise
+        return harness
+
+    async def close(self) -> None:
+        """Stop using this handle; durable state stays as committed."""
+        self._line.close()
+
+    async def __aenter__(self) -> Harness:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def session_id(self) -> str:
+        return self._line.session_id
+
+    @property
+    def reads(self) -> ReadPort:
+        self._line.check_usable()
+        return self._line.storage.reads
+
+    @property
+    def faulted(self) -> str | None:
+        return self._line.faulted
+
+    def head(self) -> int:
+        """The global allocator high-water mark."""
+        meta = self.reads.meta()
+        return meta.head if meta else 0
+
+    def main_head(self) -> int:
+        """The last main commit boundary."""
+        return self.reads.main_head()
+
+    def meta(self) -> SessionMeta | None:
+        return self.reads.meta()
+
+    # ------------------------------------------------------------------ commands
+    async def command(self, build: Callable[[Command], T | Awaitable[T]]) -> T:
+        """Run ``build`` against committed state and persist its mutations as ONE batch.
+
+        Ids created inside the builder are final; they may leave the builder only through
+        its return value, which this call returns after the batch is durable.
+        """
+        return await self._line.run(build)
+
+    async def delete_conversation(self, conversation_id: int) -> None:
+        await self.command(lambda tx: tx.delete_conversation(conversation_id))
+
+    # ------------------------------------------------------------------ conversations
+    async def root(self) -> ConversationHandle:
+        meta = self.reads.meta()
+        if meta is None or meta.root_id is None:
+            raise UnknownConversationError(0, " (this session has no root yet)")
+        return ConversationHandle(self, meta.root_id)
+
+    async def conversation(self, conversation_id: int) -> ConversationHandle | None:
+        found = self.reads.get_conversations([conversation_id])
+        return ConversationHandle(self, conversation_id) if conversation_id in found else None
+
+    async def conversations(
+        self, *, source_conversation_id: int | None = None, owner_task_id: int | None = None,
+        after: int | None = None, before: int | None = None, order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[ConversationSnapshot]:
+        return self.reads.scan_conversations(
+            source_conversation_id=source_conversation_id, owner_task_id=owner_task_id,
+            after=after, before=before, order=order, limit=limit,
+        )
+
+    async def get_conversations(
+        self, ids: Sequence[int], *, as_of: int | None = None
+    ) -> dict[int, ConversationSnapshot]:
+        return self.reads.get_conversations(ids, as_of)
+
+    # ------------------------------------------------------------------ entries
+    async def entry(self, entry_id: int) -> Entry | None:
+        return self.reads.get_entries([entry_id]).get(entry_id)
+
+    async def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]:
+        return self.reads.get_entries(ids, content=content)
+
+    async def entries(
+        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
+        order: Order = "asc", limit: int = 100, kind: str | None = None,
+        key: str | None = None, as_of: int | None = None, content: bool = True,
+    ) -> Page[Entry]:
+        return self.reads.scan_entries(
+            conversation_id, after=after, before=before, order=order, limit=limit, kind=kind,
+            key=key, as_of=as_of, content=content,
+        )
+
+    # ------------------------------------------------------------------ audit
+    def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:
+        """Stored events of this session in storage order, for auditors."""
+        self._line.check_usable()
+        return self._line.storage.audit(after=after, limit=limit)
+
+
+def _create_root(tx: Command) -> int:
+    root = tx.create_conversation()
+    tx._line.session.designate_root(root)
+    return root
+
+
+class ConversationHandle:
+    """Issues commands for one conversation. Not a stored object: read ``snapshot()``."""
+
+    def __init__(self, harness: Harness, conversation_id: int) -> None:
+        self.harness = harness
+        self.id = conversation_id
+
+    def __repr__(self) -> str:
+        return f"ConversationHandle(id={self.id}, session={self.harness.session_id!r})"
+
+    async def snapshot(self, *, as_of: int | None = None) -> ConversationSnapshot:
+        found = self.harness.reads.get_conversations([self.id], as_of)
+        if self.id not in found:
+            where = "" if as_of is None else f" at position {as_of}"
+            raise UnknownConversationError(self.id, where)
+        return found[self.id]
+
+    async def context_as_of(self, position: int) -> tuple[int, ...]:
+        """The context that existed at ``position`` (§7.7), not today's context filtered."""
+        return self.harness.reads.context_as_of(self.id, position)
+
+    async def context_entries(self, *, as_of: int | None = None) -> list[Entry]:
+        """The selected entries in context order, read in one batch."""
+        snap = await self.snapshot(as_of=as_of)
+        found = self.harness.reads.get_entries(snap.context)
+        return [found[i] for i in snap.context]
+
+    async def entries(
+        self, *, after: int | None = None, before: int | None = None, order: Order = "asc",
+        limit: int = 100, kind: str | None = None, key: str | None = None,
+        as_of: int | None = None, content: bool = True,
+    ) -> Page[Entry]:
+        return await self.harness.entries(
+            self.id, after=after, before=before, order=order, limit=limit, kind=kind, key=key,
+            as_of=as_of, content=content,
+        )
+
+    async def command(self, build: Callable[[ConversationCommand], T | Awaitable[T]]) -> T:
+        return await self.harness.command(lambda tx: build(ConversationCommand(tx, self.id)))
+
+    async def append(
+        self, kind: str, content: JsonValue, *, metadata: dict[str, JsonValue] | None = None,
+        key: str | None = None, select: bool = True,
+    ) -> int:
+        """Append an entry and (by default) select it into context, in one commit."""
+
+        def build(tx: Command) -> int:
+            entry_id = tx.append_entry(self.id, kind, content, metadata=metadata, key=key)
+            if select:
+                tx.append_context(self.id, [entry_id])
+            return entry_id
+
+        return await self.harness.command(build)
+
+    async def append_context(self, ids: Sequence[int]) -> None:
+        await self.harness.command(lambda tx: tx.append_context(self.id, ids))
+
+    async def replace_context_prefix(
+        self, through: int, replacement: Sequence[int], *, expected_revision: int | None = None
+    ) -> None:
+        await self.harness.command(
+            lambda tx: tx.replace_context_prefix(self.id, through, replacement,
+                                                 expected_revision=expected_revision)
+        )
+
+    async def compact(
+        self, summary: JsonValue, *, through: int, kind: str = "summary",
+        expected_revision: int | None = None, metadata: dict[str, JsonValue] | None = None,
+    ) -> int:
+        """Append a summary entry and replace the context prefix through ``through`` with it,
+        in one commit (§2.3). Returns the summary's id."""
+
+        def build(tx: Command) -> int:
+            summary_id = tx.append_entry(self.id, kind, summary, metadata=metadata)
+            tx.replace_context_prefix(self.id, through, [summary_id],
+                                      expected_revision=expected_revision)
+            return summary_id
+
+        return await self.harness.command(build)
+
+    async def reset_context(self, ids: Sequence[int] = ()) -> None:
+        await self.harness.command(lambda tx: tx.reset_context(self.id, ids))
+
+    async def handoff(self, content: JsonValue, *, kind: str = "handoff") -> int:
+        """Append a handoff entry and reset the context to it, in one commit."""
+
+        def build(tx: Command) -> int:
+            entry_id = tx.append_entry(self.id, kind, content)
+            tx.reset_context(self.id, [entry_id])
+            return entry_id
+
+        return await self.harness.command(build)
+
+    async def fork(
+        self, *, at_entry: int | None = None, as_of: int | None = None
+    ) -> ConversationHandle:
+        """A historical fork after the complete commit containing ``at_entry`` (or at main
+        boundary ``as_of``): shares the transcript prefix, starts from the context that
+        existed there, inherits no live work."""
+        new_id = await self.harness.command(
+            lambda tx: tx.fork(self.id, at_entry=at_entry, as_of=as_of)
+        )
+        return ConversationHandle(self.harness, new_id)
+
+    async def delete(self) -> None:
+        await self.harness.delete_conversation(self.id)
+
+

@@ -1,0 +1,181 @@
+"""The session owner's command line: one serialized writer per session (§1.2).
+
+It keeps the aggregates it writes in memory, allocates from the Session aggregate, persists
+each command as ONE atomic save and faults the handle when persistence is uncertain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import socket
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from eventsourcing.domain import Aggregate
+
+from pico.application.command import Command
+from pico.application.ports import Storage
+from pico.domain.conversation import Conversation
+from pico.domain.errors import (
+    ClosedError,
+    HandleFaultedError,
+    PersistenceUncertainError,
+    ReadOnlyError,
+    StaleWriterError,
+    StorageCorruptError,
+    UnknownConversationError,
+    UnknownSessionError,
+)
+from pico.domain.ids import conversation_uuid, session_uuid
+from pico.domain.session import MAIN, Session
+
+__all__ = ["CommandLine"]
+
+T = TypeVar("T")
+
+#: Conversations kept in memory by the owner; others reload (from snapshots) on demand.
+CACHE_SIZE = 256
+
+
+class CommandLine:
+    def __init__(self, storage: Storage, session: Session, *, read_only: bool) -> None:
+        self.storage = storage
+        self.session = session
+        self.session_id = storage.session_id
+        self.read_only = read_only
+        self.faulted: str | None = None
+        self.closed = False
+        self._lock = asyncio.Lock()
+        self._cache: OrderedDict[int, Conversation] = OrderedDict()
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, storage: Storage, *, read_only: bool) -> CommandLine:
+        """Load the Session aggregate and, for writing, append a claim before anything else.
+
+        The claim moves the session stream's version, so any previous owner is refused at
+        its own next commit. A claim that fails is fatal: no handle is returned.
+        """
+        sid = storage.session_id
+        loaded = storage.load(session_uuid(sid))
+        if loaded is not None and not isinstance(loaded, Session):
+            raise StorageCorruptError(f"session {sid!r}: the session stream holds {loaded!r}")
+        if loaded is None:
+            if read_only:
+                raise UnknownSessionError(sid)
+            session = Session(session_id=sid)
+        else:
+            session = loaded
+        if not read_only:
+            session.claim(owner=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid())
+            storage.save([session])
+        return cls(storage, session, read_only=read_only)
+
+    # ------------------------------------------------------------------ state
+    def check_usable(self, *, write: bool = False) -> None:
+        if self.closed:
+            raise ClosedError(self.session_id)
+        if self.faulted is not None:
+            raise HandleFaultedError(self.session_id, self.faulted)
+        if write and self.read_only:
+            raise ReadOnlyError(self.session_id)
+
+    def load_conversation(self, conversation_id: int) -> Conversation:
+        conv = self._cache.get(conversation_id)
+        if conv is not None:
+            self._cache.move_to_end(conversation_id)
+            return conv
+        if not isinstance(conversation_id, int) or conversation_id < 1:
+            raise UnknownConversationError(conversation_id)
+        loaded = self.storage.load(conversation_uuid(self.session_id, conversation_id))
+        if loaded is None:
+            raise UnknownConversationError(conversation_id)
+        if not isinstance(loaded, Conversation):
+            raise StorageCorruptError(f"aggregate for conversation {conversation_id} is {loaded!r}")
+        self._remember(loaded)
+        return loaded
+
+    def _remember(self, conv: Conversation) -> None:
+        self._cache[conv.conversation_id] = conv
+        self._cache.move_to_end(conv.conversation_id)
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    # ------------------------------------------------------------------ commands
+    async def run(self, build: Callable[[Command], T | Awaitable[T]]) -> T:
+        async with self._lock:
+            self.check_usable(write=True)
+            tx = Command(self)
+            try:
+                result = build(tx)
+                if inspect.isawaitable(result):
+                    result = await result
+            except BaseException:
+                self._discard(tx)
+                raise
+            finally:
+                tx.seal()
+            if tx.first is None or tx.last is None:
+                return result  # no mutations: nothing is committed
+            self._persist(tx)
+            return result  # type: ignore[return-value]
+
+    def run_sync(self, build: Callable[[Command], T]) -> T:
+        """The same as ``run`` for synchronous builders, for use outside an event loop."""
+        self.check_usable(write=True)
+        tx = Command(self)
+        try:
+            result = build(tx)
+        except BaseException:
+            self._discard(tx)
+            raise
+        finally:
+            tx.seal()
+        if tx.first is not None:
+            self._persist(tx)
+        return result
+
+    def _discard(self, tx: Command) -> None:
+        # Touched aggregates hold the batch's unsaved changes: forget them so the next
+        # command reloads committed state.
+        for cid in tx.touched:
+            self._cache.pop(cid, None)
+
+    def _persist(self, tx: Command) -> None:
+        assert tx.first is not None and tx.last is not None
+        try:
+            self.session.commit(first=tx.first, last=tx.last, scope=MAIN)
+        except BaseException:
+            self._discard(tx)
+            raise
+        # Session last: in storage order a batch ends with its boundary event.
+        aggregates: list[Aggregate] = [*tx.touched.values(), self.session]
+        try:
+            self.storage.save(aggregates)
+        except StaleWriterError:
+            self._fault("another owner claimed the session")
+            raise
+        except BaseException as exc:
+            self._fault(f"uncertain persistence: {exc!r}")
+            raise PersistenceUncertainError(self.session_id, exc) from exc
+        for conv in tx.touched.values():
+            self._remember(conv)
+
+    def _fault(self, reason: str) -> None:
+        self.faulted = reason
+        self._cache.clear()
+
+    def fault(self, reason: str) -> None:
+        self._fault(reason)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._cache.clear()
+            self.storage.close()
+
+

@@ -1,0 +1,76 @@
+"""Ports: what the application needs from storage. Adapters live in infrastructure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+
+from pico.domain.json import JsonValue
+from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta
+
+__all__ = ["AuditRecord", "ReadPort", "Storage", "StorageOpener"]
+
+
+class ReadPort(Protocol):
+    """Committed-state queries of one session (§7.2, §7.3)."""
+
+    def meta(self) -> SessionMeta | None: ...
+    def main_head(self) -> int: ...
+    def is_main_boundary(self, position: int) -> bool: ...
+    def lineage(self, conversation_id: int) -> list[tuple[int, int]]: ...
+    def get_conversations(
+        self, ids: Sequence[int], as_of: int | None = None
+    ) -> dict[int, ConversationSnapshot]: ...
+    def scan_conversations(
+        self, *, source_conversation_id: int | None = None, owner_task_id: int | None = None,
+        after: int | None = None, before: int | None = None, order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[ConversationSnapshot]: ...
+    def context_as_of(self, conversation_id: int, position: int) -> tuple[int, ...]: ...
+    def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]: ...
+    def scan_entries(
+        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
+        order: Order = "asc", limit: int = 100, kind: str | None = None,
+        key: str | None = None, as_of: int | None = None, content: bool = False,
+    ) -> Page[Entry]: ...
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One stored event, as an auditor reads it."""
+
+    position: int  # storage order within the session
+    aggregate: str  # "session" or "conversation/<id>"
+    version: int
+    event: str
+    timestamp: datetime | None
+    payload: dict[str, JsonValue]
+
+
+class Storage(Protocol):
+    """One session's storage: atomic saves of aggregates, loads, and committed reads.
+
+    ``save`` persists all pending events of the given aggregates and their projected
+    read-model rows in ONE transaction. It raises ``StaleWriterError`` when another owner
+    claimed the session (nothing stored); any other exception means the outcome is unknown.
+    """
+
+    session_id: str
+    reads: ReadPort
+
+    def load(self, aggregate_id: UUID) -> Aggregate | None: ...
+    def save(self, aggregates: Sequence[Aggregate]) -> None: ...
+    def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]: ...
+    def replay(self) -> Iterator[list[Any]]: ...
+    def close(self) -> None: ...
+
+
+class StorageOpener(Protocol):
+    def __call__(
+        self, url: str, *, session: str, durability: str | None, read_only: bool
+    ) -> Storage: ...

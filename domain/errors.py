@@ -1,0 +1,153 @@
+"""Errors raised by the domain and the command line.
+
+Every error carries the ids involved and reads as a sentence a caller can act on.
+A rejected command writes nothing and consumes no sequence number.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClosedError",
+    "CommandRejectedError",
+    "ContextEditError",
+    "ConversationDeletedError",
+    "ExchangeSplitError",
+    "HandleFaultedError",
+    "InvalidJsonError",
+    "InvalidPositionError",
+    "PicoError",
+    "PersistenceUncertainError",
+    "ReadOnlyError",
+    "SequenceExhaustedError",
+    "StalePrefixError",
+    "StaleWriterError",
+    "StorageCorruptError",
+    "UnknownConversationError",
+    "UnknownEntryError",
+    "UnknownSessionError",
+]
+
+
+class PicoError(Exception):
+    """Base class of every error pico raises on purpose."""
+
+
+class CommandRejectedError(PicoError):
+    """A command failed validation; nothing was written and no id was consumed."""
+
+
+class InvalidJsonError(CommandRejectedError):
+    """A payload is not strict JSON (NaN, non-string keys, tuples, objects...)."""
+
+
+class UnknownConversationError(CommandRejectedError):
+    def __init__(self, conversation_id: int, detail: str = "") -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"conversation {conversation_id} does not exist in this session{detail}; "
+            "list conversations with harness.conversations() to find a valid id"
+        )
+
+
+class UnknownSessionError(PicoError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} does not exist in this storage; open it for writing once "
+            "to create it, or check the session name"
+        )
+
+
+class UnknownEntryError(CommandRejectedError):
+    def __init__(self, entry_id: int, detail: str = "") -> None:
+        self.entry_id = entry_id
+        super().__init__(f"entry {entry_id} does not exist{detail}")
+
+
+class ConversationDeletedError(CommandRejectedError):
+    def __init__(self, conversation_id: int) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"conversation {conversation_id} was deleted and accepts no new work; "
+            "fork it at an earlier position to continue from its history"
+        )
+
+
+class ContextEditError(CommandRejectedError):
+    """An illegal context edit (§2.3): wrong order, duplicate, foreign id, not a prefix."""
+
+    def __init__(self, conversation_id: int, message: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"conversation {conversation_id}: {message}")
+
+
+class ExchangeSplitError(ContextEditError):
+    """The edit would split or strand an assistant's tool-call/result exchange."""
+
+
+class StalePrefixError(ContextEditError):
+    """A prepared prefix replacement lost a race with another replacement or reset."""
+
+
+class InvalidPositionError(CommandRejectedError):
+    """A historical position is not a complete main commit boundary, or is unusable."""
+
+
+class SequenceExhaustedError(CommandRejectedError):
+    def __init__(self, head: int) -> None:
+        self.head = head
+        super().__init__(
+            f"the session's sequence is exhausted at {head}: ids are positive safe integers "
+            "(at most 2**53 - 1); start a new session"
+        )
+
+
+class StaleWriterError(PicoError):
+    """Another owner claimed this session; this handle's batch was not stored."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} was claimed by another owner since this handle opened it; "
+            "nothing of this command was stored. Close this handle; only the newest owner may write"
+        )
+
+
+class PersistenceUncertainError(PicoError):
+    """Storage failed while a batch was being persisted; its outcome is unknown."""
+
+    def __init__(self, session_id: str, cause: BaseException) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r}: persisting a batch failed ({cause!r}); the batch may or "
+            "may not be durable. This handle is now faulted: reopen the session to recover the "
+            "last complete batch"
+        )
+
+
+class HandleFaultedError(PicoError):
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"this handle on session {session_id!r} is faulted ({reason}) and refuses further "
+            "use; reopen the session with Harness.open"
+        )
+
+
+class ClosedError(PicoError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"the handle on session {session_id!r} is closed; open it again")
+
+
+class ReadOnlyError(PicoError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} was opened read-only (for audit); open it without "
+            "read_only=True to write"
+        )
+
+
+class StorageCorruptError(PicoError):
+    """Stored data could not be decoded or violates an invariant; nothing was changed."""

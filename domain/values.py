@@ -1,0 +1,80 @@
+"""Read snapshots returned to callers. Immutable; payloads are fresh copies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from pico.domain.json import JsonValue
+
+__all__ = [
+    "CommitBoundary",
+    "ConversationSnapshot",
+    "Entry",
+    "Order",
+    "Page",
+    "SessionMeta",
+    "Source",
+]
+
+T = TypeVar("T")
+Order = Literal["asc", "desc"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a historical fork came from: conversation and main boundary."""
+
+    conversation_id: int
+    as_of: int
+
+
+@dataclass(frozen=True)
+class ConversationSnapshot:
+    id: int
+    context: tuple[int, ...]
+    source: Source | None
+    inherit_state: bool
+    prefix_revision: int
+    owner_task_id: int | None
+    created_seq: int
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An entry, or its header when ``content`` was not requested (``has_content`` False)."""
+
+    id: int
+    conversation_id: int
+    kind: str
+    commit_end: int
+    content: JsonValue = None
+    metadata: dict[str, JsonValue] | None = None
+    key: str | None = None
+    by_task_id: int | None = None
+    has_content: bool = True
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: tuple[T, ...]
+    as_of: int
+    next: int | None = None
+
+
+@dataclass(frozen=True)
+class CommitBoundary:
+    first: int
+    last: int
+    scope: str = "main"
+
+
+@dataclass(frozen=True)
+class SessionMeta:
+    session_id: str
+    head: int
+    main_head: int
+    root_id: int | None
+    owner: str | None
+    extra: dict[str, JsonValue] = field(default_factory=dict)

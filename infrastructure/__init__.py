@@ -1,0 +1,1 @@
+"""Adapters: storage backends, the container, the CLI."""

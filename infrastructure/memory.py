@@ -1,0 +1,103 @@
+"""The memory backend: an in-process recorder and the in-memory read model.
+
+A batch's version checks run before anything is applied, and events plus read-model rows
+are published under one lock, so a conflicting batch writes nothing and no reader sees
+half a commit. ``memory://name`` databases live for the process; ``memory://`` is private.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import AggregateRecorder, IntegrityError, StoredEvent
+
+from pico.projections.memory import MemoryReadStore
+from pico.projections.ops import RowOp
+
+__all__ = ["MemoryDatabase", "MemoryRecorder", "named_database"]
+
+
+class MemoryDatabase:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.streams: dict[UUID, list[StoredEvent]] = {}
+        self.snapshots: dict[UUID, list[StoredEvent]] = {}
+        self.log: dict[str, list[StoredEvent]] = {}
+        self.read_stores: dict[str, MemoryReadStore] = {}
+
+    def read_store(self, session_id: str) -> MemoryReadStore:
+        with self.lock:
+            store = self.read_stores.get(session_id)
+            if store is None:
+                store = self.read_stores[session_id] = MemoryReadStore(session_id, self.lock)
+            return store
+
+
+_named: dict[str, MemoryDatabase] = {}
+_named_lock = threading.Lock()
+
+
+def named_database(name: str) -> MemoryDatabase:
+    if not name:
+        return MemoryDatabase()
+    with _named_lock:
+        db = _named.get(name)
+        if db is None:
+            db = _named[name] = MemoryDatabase()
+        return db
+
+
+class MemoryRecorder(AggregateRecorder):
+    def __init__(self, db: MemoryDatabase, *, snapshots: bool = False) -> None:
+        self.db = db
+        self.streams = db.snapshots if snapshots else db.streams
+        self.is_events = not snapshots
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        session_id: str = kwargs.get("session_id", "")
+        ops: Sequence[RowOp] = kwargs.get("ops", ())
+        with self.db.lock:
+            if self.is_events:
+                pending: dict[UUID, int] = {}
+                for e in stored_events:
+                    oid = UUID(str(e.originator_id))
+                    stream = self.streams.get(oid, [])
+                    last = pending.get(oid, stream[-1].originator_version if stream else 0)
+                    if e.originator_version <= last:
+                        raise IntegrityError(
+                            f"stream {oid} already has version {e.originator_version}")
+                    pending[oid] = e.originator_version
+            for e in stored_events:
+                oid = UUID(str(e.originator_id))
+                self.streams.setdefault(oid, []).append(e)
+                if self.is_events:
+                    self.db.log.setdefault(session_id, []).append(e)
+            if ops:
+                self.db.read_store(session_id).apply(ops)
+        return None
+
+    def select_events(
+        self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
+        desc: bool = False, limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        with self.db.lock:
+            stream = list(self.streams.get(UUID(str(originator_id)), []))
+        out = [e for e in stream
+               if (gt is None or e.originator_version > gt)
+               and (lte is None or e.originator_version <= lte)]
+        if desc:
+            out.reverse()
+        return out[:limit] if limit is not None else out
+
+    def select_session_events(
+        self, session_id: str, *, after: int, limit: int
+    ) -> list[tuple[int, StoredEvent]]:
+        with self.db.lock:
+            log = self.db.log.get(session_id, [])
+            window = log[after : after + limit]
+        return [(after + i + 1, e) for i, e in enumerate(window)]

@@ -1,0 +1,1 @@
+"""SQLAlchemy Core backends (SQLite and PostgreSQL share one schema and one code path)."""

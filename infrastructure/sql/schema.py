@@ -1,0 +1,144 @@
+"""The schema: the append-only event log, snapshots, and the §7.6 query tables.
+
+Every key starts with the session id, so many sessions share one database. Schema changes
+are an ordered ``MIGRATIONS`` list applied by ``setup()``, recorded in ``pico_schema``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Connection
+
+__all__ = ["SCHEMA_VERSION", "metadata", "setup"]
+
+metadata = MetaData()
+
+# SQLite's rowid alias must be INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+
+events = Table(
+    "pico_events", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", String(200), nullable=False),
+    Column("originator_id", String(32), nullable=False),
+    Column("originator_version", Integer, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("state", LargeBinary, nullable=False),
+    UniqueConstraint("originator_id", "originator_version", name="pico_events_stream"),
+    Index("pico_events_session", "session_id", "id"),
+)
+
+snapshots = Table(
+    "pico_snapshots", metadata,
+    Column("originator_id", String(32), primary_key=True),
+    Column("originator_version", Integer, primary_key=True),
+    Column("topic", Text, nullable=False),
+    Column("state", LargeBinary, nullable=False),
+)
+
+sessions = Table(
+    "pico_sessions", metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("head", BigInteger, nullable=False),
+    Column("main_head", BigInteger, nullable=False),
+    Column("root_id", BigInteger),
+    Column("owner", String(64)),
+)
+
+commits = Table(
+    "pico_commits", metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("last", BigInteger, primary_key=True),
+    Column("first", BigInteger, nullable=False),
+    Column("scope", String(200), nullable=False),
+)
+
+conversations = Table(
+    "pico_conversations", metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("id", BigInteger, primary_key=True),
+    Column("created_seq", BigInteger, nullable=False),
+    Column("source_conversation_id", BigInteger),
+    Column("source_as_of", BigInteger),
+    Column("inherit_state", Boolean, nullable=False),
+    Column("owner_task_id", BigInteger),
+    Column("prefix_revision", Integer, nullable=False),
+    Column("deleted_seq", BigInteger),
+    Index("pico_conversations_source", "session_id", "source_conversation_id", "id"),
+    Index("pico_conversations_owner", "session_id", "owner_task_id", "id"),
+)
+
+entries = Table(
+    "pico_entries", metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("id", BigInteger, primary_key=True),
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("kind", String(200), nullable=False),
+    Column("key", Text),
+    Column("content", Text, nullable=False),
+    Column("metadata", Text),
+    Column("by_task_id", BigInteger),
+    Column("commit_end", BigInteger, nullable=False),
+    Index("pico_entries_conversation", "session_id", "conversation_id", "id"),
+    Index("pico_entries_kind", "session_id", "conversation_id", "kind", "id"),
+    Index("pico_entries_key", "session_id", "conversation_id", "key", "id"),
+)
+
+context_elements = Table(
+    "pico_context_elements", metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("conversation_id", BigInteger, primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("entry_id", BigInteger, nullable=False),
+)
+
+context_edits = Table(
+    "pico_context_edits", metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("conversation_id", BigInteger, primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("op", String(16), nullable=False),
+    Column("base", Boolean, nullable=False),
+    Column("ids", Text, nullable=False),
+    Column("removed", Integer, nullable=False),
+    Column("revision", Integer, nullable=False),
+    Index("pico_context_edits_base", "session_id", "conversation_id", "base", "seq"),
+)
+
+schema_versions = Table(
+    "pico_schema", metadata,
+    Column("version", Integer, primary_key=True),
+    Column("description", Text, nullable=False),
+)
+
+
+def _v1(conn: Connection) -> None:
+    metadata.create_all(conn, tables=[t for t in metadata.sorted_tables
+                                      if t.name != "pico_schema"])
+
+
+MIGRATIONS = [(1, "events, snapshots and the §7.6 query tables", _v1)]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def setup(conn: Connection) -> None:
+    """Apply every migration not yet recorded, in order, inside the caller's transaction."""
+    schema_versions.create(conn, checkfirst=True)
+    done = {row[0] for row in conn.execute(schema_versions.select())}
+    for version, description, apply in MIGRATIONS:
+        if version not in done:
+            apply(conn)
+            conn.execute(schema_versions.insert().values(version=version,
+                                                         description=description))

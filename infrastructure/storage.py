@@ -1,0 +1,183 @@
+"""The ``Storage`` adapter: eventsourcing's mapper, event stores and repository over one
+of our recorders, with projection rows computed by the pure projector and written in the
+events' own transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import fields, is_dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, ProcessingEvent, Repository
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    DatetimeAsISO,
+    EventStore,
+    IntegrityError,
+    JSONTranscoder,
+    Mapper,
+    StoredEvent,
+    UUIDAsHex,
+)
+
+from pico.application.ports import AuditRecord, ReadPort
+from pico.domain.conversation import Conversation
+from pico.domain.errors import StaleWriterError, StorageCorruptError
+from pico.domain.session import Session
+from pico.projections.ops import project
+from pico.projections.queries import Queries, ReadStore
+
+__all__ = ["EventSourcedStorage", "SNAPSHOT_INTERVAL"]
+
+log = logging.getLogger("pico.storage")
+
+#: Every this many versions an aggregate's snapshot is written (after the commit), so a
+#: reload replays at most this many events.
+SNAPSHOT_INTERVAL = 200
+
+
+class SessionRecorder(Protocol):
+    def select_session_events(
+        self, session_id: str, *, after: int, limit: int
+    ) -> list[tuple[int, StoredEvent]]: ...
+
+
+def make_mapper() -> Mapper[UUID]:
+    transcoder = JSONTranscoder()
+    transcoder.register(UUIDAsHex())
+    transcoder.register(DatetimeAsISO())
+    return Mapper(transcoder=transcoder)
+
+
+class EventSourcedStorage:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        events: AggregateRecorder,
+        snapshots: AggregateRecorder,
+        read_store: ReadStore,
+        on_close: Any = None,
+    ) -> None:
+        self.session_id = session_id
+        self.mapper = make_mapper()
+        self.recorder = events
+        self.events: EventStore[UUID] = EventStore(self.mapper, events)
+        self.snapshots: EventStore[UUID] = EventStore(self.mapper, snapshots)
+        self.repository: Repository[UUID] = Repository(self.events,
+                                                       snapshot_store=self.snapshots)
+        self.queries = Queries(read_store)
+        self.reads: ReadPort = self.queries
+        self._on_close = on_close
+
+    def load(self, aggregate_id: UUID) -> Aggregate | None:
+        try:
+            aggregate = self.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            return None
+        except Exception as exc:
+            raise StorageCorruptError(
+                f"aggregate {aggregate_id} of session {self.session_id!r} could not be "
+                f"reconstructed from its events: {exc}"
+            ) from exc
+        if not isinstance(aggregate, Aggregate):
+            raise StorageCorruptError(f"{aggregate_id} is not an aggregate")
+        return aggregate
+
+    def save(self, aggregates: Sequence[Aggregate]) -> None:
+        pe: ProcessingEvent[UUID] = ProcessingEvent()
+        pe.collect_events(*aggregates)
+        ops = project(pe.events)
+        try:
+            self.events.put(pe.events, session_id=self.session_id, ops=ops)
+        except IntegrityError as exc:
+            raise StaleWriterError(self.session_id) from exc
+        for aggregate in aggregates:
+            self._maybe_snapshot(aggregate, len([e for e in pe.events
+                                                 if e.originator_id == aggregate.id]))
+
+    def _maybe_snapshot(self, aggregate: Aggregate, new_events: int) -> None:
+        version = aggregate.version
+        if new_events and version // SNAPSHOT_INTERVAL != (version - new_events) // SNAPSHOT_INTERVAL:
+            try:
+                self.snapshots.put([aggregate.Snapshot.take(aggregate)])
+            except Exception:  # an optimisation only: a reload replays more events instead
+                log.warning("snapshot of %s at %d failed", aggregate.id, version, exc_info=True)
+
+    def _recorder(self) -> SessionRecorder:
+        rec = self.recorder
+        if not hasattr(rec, "select_session_events"):
+            raise TypeError(f"{type(rec).__name__} cannot list a session's events")
+        return rec  # type: ignore[return-value]
+
+    def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:
+        out = []
+        for position, stored in self._recorder().select_session_events(
+            self.session_id, after=after, limit=limit
+        ):
+            event = self.mapper.to_domain_event(stored)
+            out.append(AuditRecord(
+                position=position,
+                aggregate=_aggregate_name(event),
+                version=stored.originator_version,
+                event=type(event).__qualname__,
+                timestamp=getattr(event, "timestamp", None),
+                payload=_payload(event),
+            ))
+        return out
+
+    def replay(self) -> Iterator[list[Any]]:
+        """The session's events in storage order, grouped into the batches they were
+        saved in (each batch ends with its Session event)."""
+        after = 0
+        batch: list[Any] = []
+        while True:
+            rows = self._recorder().select_session_events(self.session_id, after=after,
+                                                          limit=1000)
+            if not rows:
+                break
+            for position, stored in rows:
+                after = position
+                event = self.mapper.to_domain_event(stored)
+                batch.append(event)
+                if isinstance(event, _SESSION_EVENTS):
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
+
+
+_SESSION_EVENTS = (Session.Created, Session.Claimed, Session.Committed, Session.RootDesignated)
+
+
+def _aggregate_name(event: Any) -> str:
+    if isinstance(event, _CONVERSATION_EVENTS):
+        return f"conversation/{event.conversation_id}"
+    return "session"
+
+
+_CONVERSATION_EVENTS = (
+    Conversation.Created, Conversation.EntryAppended, Conversation.ContextAppended,
+    Conversation.ContextPrefixReplaced, Conversation.ContextReset, Conversation.Deleted,
+)
+
+
+def _payload(event: Any) -> dict[str, Any]:
+    names = [f.name for f in fields(event)] if is_dataclass(event) else list(vars(event))
+    skip = {"originator_id", "originator_version", "timestamp"}
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in skip:
+            continue
+        value = getattr(event, name)
+        out[name] = value.isoformat() if isinstance(value, datetime) else value
+    return out

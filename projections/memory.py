@@ -1,0 +1,223 @@
+"""The in-memory read model: indexed dicts and sorted id arrays, one per session.
+
+It is the memory backend's query side and, fed by a replay of any backend's event log,
+the §10.1 conformance oracle.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from pico.domain.values import Order, SessionMeta
+from pico.projections.ops import (
+    AppendContext,
+    CreateConversation,
+    DeleteConversation,
+    PutClaim,
+    PutCommit,
+    PutEntry,
+    PutRoot,
+    PutSession,
+    ReplacePrefix,
+    ResetContext,
+    RowOp,
+)
+from pico.projections.queries import ConvRow, EditRow, EntryRow
+
+__all__ = ["MemoryReadStore"]
+
+
+@dataclass
+class _Edits:
+    rows: list[EditRow]
+    seqs: list[int]
+    base_positions: list[int]  # indexes into rows of create/reset edits
+
+
+def _range(ids: list[int], gt: int | None, le: int | None) -> tuple[int, int]:
+    lo = 0 if gt is None else bisect.bisect_right(ids, gt)
+    hi = len(ids) if le is None else bisect.bisect_right(ids, le)
+    return lo, hi
+
+
+class MemoryReadStore:
+    """One session's read model in memory. ``apply`` is called inside the writer's lock."""
+
+    def __init__(self, session_id: str, lock: threading.RLock | None = None) -> None:
+        self.session_id = session_id
+        self.lock = lock or threading.RLock()
+        self._meta: SessionMeta | None = None
+        self._boundaries: set[int] = set()
+        self._convs: dict[int, ConvRow] = {}
+        self._conv_ids: list[int] = []
+        self._by_source: dict[int, list[int]] = {}
+        self._by_owner: dict[int, list[int]] = {}
+        self._context: dict[int, list[int]] = {}
+        self._edits: dict[int, _Edits] = {}
+        self._entries: dict[int, EntryRow] = {}
+        self._by_conv: dict[int, list[int]] = {}
+        self._by_kind: dict[tuple[int, str], list[int]] = {}
+        self._by_key: dict[tuple[int, str], list[int]] = {}
+
+    # ------------------------------------------------------------------ writes
+    def apply(self, ops: Sequence[RowOp]) -> None:
+        with self.lock:
+            for op in ops:
+                self._apply(op)
+
+    def _apply(self, op: RowOp) -> None:
+        if isinstance(op, PutEntry):
+            row = EntryRow(op.entry_id, op.conversation_id, op.kind, op.key, op.metadata,
+                           op.by_task_id, op.commit_end, op.content)
+            self._entries[op.entry_id] = row
+            self._by_conv.setdefault(op.conversation_id, []).append(op.entry_id)
+            self._by_kind.setdefault((op.conversation_id, op.kind), []).append(op.entry_id)
+            if op.key is not None:
+                self._by_key.setdefault((op.conversation_id, op.key), []).append(op.entry_id)
+        elif isinstance(op, AppendContext):
+            self._context[op.conversation_id].extend(op.ids)
+            self._edit(EditRow(op.conversation_id, op.seq, "append", op.ids, 0, op.revision))
+        elif isinstance(op, PutCommit):
+            assert self._meta is not None
+            main = op.scope == "main"
+            self._meta = replace(self._meta, head=op.last,
+                                 main_head=op.last if main else self._meta.main_head)
+            if main:
+                self._boundaries.add(op.last)
+        elif isinstance(op, CreateConversation):
+            cid = op.conversation_id
+            self._convs[cid] = ConvRow(cid, cid, op.source_conversation_id, op.source_as_of,
+                                       op.inherit_state, op.owner_task_id, 0, None)
+            self._conv_ids.append(cid)
+            if op.source_conversation_id is not None:
+                self._by_source.setdefault(op.source_conversation_id, []).append(cid)
+            if op.owner_task_id is not None:
+                self._by_owner.setdefault(op.owner_task_id, []).append(cid)
+            self._context[cid] = list(op.context)
+            self._edit(EditRow(cid, cid, "create", op.context, 0, 0))
+        elif isinstance(op, ReplacePrefix):
+            cid = op.conversation_id
+            self._context[cid] = list(op.replacement) + self._context[cid][op.removed :]
+            self._convs[cid] = replace(self._convs[cid], prefix_revision=op.revision)
+            self._edit(EditRow(cid, op.seq, "replace", op.replacement, op.removed, op.revision))
+        elif isinstance(op, ResetContext):
+            cid = op.conversation_id
+            self._context[cid] = list(op.ids)
+            self._convs[cid] = replace(self._convs[cid], prefix_revision=op.revision)
+            self._edit(EditRow(cid, op.seq, "reset", op.ids, 0, op.revision))
+        elif isinstance(op, DeleteConversation):
+            cid = op.conversation_id
+            self._convs[cid] = replace(self._convs[cid], deleted_seq=op.seq)
+        elif isinstance(op, PutSession):
+            self._meta = SessionMeta(self.session_id, 0, 0, None, None)
+        elif isinstance(op, PutClaim):
+            assert self._meta is not None
+            self._meta = replace(self._meta, owner=op.owner)
+        elif isinstance(op, PutRoot):
+            assert self._meta is not None
+            self._meta = replace(self._meta, root_id=op.conversation_id)
+
+    def _edit(self, row: EditRow) -> None:
+        edits = self._edits.setdefault(row.conversation_id, _Edits([], [], []))
+        if row.op in ("create", "reset"):
+            edits.base_positions.append(len(edits.rows))
+        edits.rows.append(row)
+        edits.seqs.append(row.seq)
+
+    # ------------------------------------------------------------------ reads
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self.lock:
+            yield
+
+    def meta(self) -> SessionMeta | None:
+        return self._meta
+
+    def is_main_boundary(self, position: int) -> bool:
+        return position in self._boundaries
+
+    def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]:
+        return {i: self._convs[i] for i in ids if i in self._convs}
+
+    def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
+        return {i: tuple(self._context[i]) for i in ids if i in self._context}
+
+    def scan_conversation_rows(
+        self, *, source: int | None, owner: int | None, gt: int | None, lt: int | None,
+        order: Order, limit: int,
+    ) -> list[ConvRow]:
+        if source is not None and owner is not None:
+            owned = set(self._by_owner.get(owner, []))
+            ids = [i for i in self._by_source.get(source, []) if i in owned]
+        elif source is not None:
+            ids = self._by_source.get(source, [])
+        elif owner is not None:
+            ids = self._by_owner.get(owner, [])
+        else:
+            ids = self._conv_ids
+        lo, hi = _range(ids, gt, None if lt is None else lt - 1)
+        window = ids[lo:hi]
+        chosen = window[:limit] if order == "asc" else window[::-1][:limit]
+        return [self._convs[i] for i in chosen]
+
+    def entry_rows(self, ids: Sequence[int], *, content: bool) -> dict[int, EntryRow]:
+        out: dict[int, EntryRow] = {}
+        for i in ids:
+            row = self._entries.get(i)
+            if row is not None:
+                out[i] = row if content else replace(row, content=None)
+        return out
+
+    def entry_range(
+        self, conversation_id: int, *, gt: int | None, le: int | None, order: Order, limit: int,
+        kind: str | None, key: str | None, content: bool,
+    ) -> list[EntryRow]:
+        if kind is not None and key is not None:
+            by_key = self._by_key.get((conversation_id, key), [])
+            lo, hi = _range(by_key, gt, le)
+            ids = [i for i in by_key[lo:hi] if self._entries[i].kind == kind]
+            lo, hi = 0, len(ids)
+        else:
+            if kind is not None:
+                ids = self._by_kind.get((conversation_id, kind), [])
+            elif key is not None:
+                ids = self._by_key.get((conversation_id, key), [])
+            else:
+                ids = self._by_conv.get(conversation_id, [])
+            lo, hi = _range(ids, gt, le)
+        if order == "asc":
+            chosen = ids[lo : min(hi, lo + limit)]
+        else:
+            chosen = ids[max(lo, hi - limit) : hi][::-1]
+        rows = [self._entries[i] for i in chosen]
+        return rows if content else [replace(r, content=None) for r in rows]
+
+    def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None:
+        edits = self._edits.get(conversation_id)
+        if edits is None:
+            return None
+        # The newest create/reset at or before position.
+        idx = bisect.bisect_right(edits.seqs, position)
+        k = bisect.bisect_right(edits.base_positions, idx - 1) - 1
+        if k < 0:
+            return None
+        return edits.rows[edits.base_positions[k]]
+
+    def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]:
+        edits = self._edits.get(conversation_id)
+        if edits is None:
+            return []
+        lo = bisect.bisect_right(edits.seqs, gt)
+        hi = bisect.bisect_right(edits.seqs, le)
+        return edits.rows[lo:hi]
+
+    def revision_as_of(self, conversation_id: int, position: int) -> int:
+        edits = self._edits.get(conversation_id)
+        if edits is None:
+            return 0
+        idx = bisect.bisect_right(edits.seqs, position) - 1
+        return edits.rows[idx].revision if idx >= 0 else 0

@@ -1,0 +1,285 @@
+"""Read-model query semantics over a small set of indexed primitives.
+
+Backends implement ``ReadStore`` (bounded, indexed primitives); ``Queries`` gives them the
+meaning of §7: inherited transcript prefixes capped at every ancestor's boundary, historical
+context replay (§7.7), pages with cursors. Nothing here loads an aggregate or scans
+unrelated history: every primitive is a point lookup or an indexed range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from pico.domain.errors import InvalidPositionError, UnknownConversationError
+from pico.domain.json import loads
+from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta, Source
+
+__all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_context"]
+
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class ConvRow:
+    id: int
+    created_seq: int
+    source_conversation_id: int | None
+    source_as_of: int | None
+    inherit_state: bool
+    owner_task_id: int | None
+    prefix_revision: int
+    deleted_seq: int | None
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    id: int
+    conversation_id: int
+    kind: str
+    key: str | None
+    metadata: str | None
+    by_task_id: int | None
+    commit_end: int
+    content: str | None  # None when not requested
+
+
+@dataclass(frozen=True)
+class EditRow:
+    conversation_id: int
+    seq: int
+    op: str  # create | append | replace | reset
+    ids: tuple[int, ...]
+    removed: int
+    revision: int
+
+
+class ReadStore(Protocol):
+    def read(self) -> AbstractContextManager[None]: ...
+    def meta(self) -> SessionMeta | None: ...
+    def is_main_boundary(self, position: int) -> bool: ...
+    def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]: ...
+    def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]: ...
+    def scan_conversation_rows(
+        self, *, source: int | None, owner: int | None, gt: int | None, lt: int | None,
+        order: Order, limit: int,
+    ) -> list[ConvRow]: ...
+    def entry_rows(self, ids: Sequence[int], *, content: bool) -> dict[int, EntryRow]: ...
+    def entry_range(
+        self, conversation_id: int, *, gt: int | None, le: int | None, order: Order, limit: int,
+        kind: str | None, key: str | None, content: bool,
+    ) -> list[EntryRow]: ...
+    def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None: ...
+    def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]: ...
+    def revision_as_of(self, conversation_id: int, position: int) -> int: ...
+
+
+def replay_context(base: EditRow, edits: Sequence[EditRow]) -> list[int]:
+    """§7.7: start from the latest create/reset, apply later edits in order."""
+    ctx = list(base.ids)
+    for edit in edits:
+        if edit.op == "append":
+            ctx.extend(edit.ids)
+        elif edit.op == "replace":
+            ctx = list(edit.ids) + ctx[edit.removed :]
+        else:  # reset (a create never follows the base)
+            ctx = list(edit.ids)
+    return ctx
+
+
+def _to_entry(row: EntryRow) -> Entry:
+    meta = loads(row.metadata) if row.metadata is not None else None
+    return Entry(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        kind=row.kind,
+        commit_end=row.commit_end,
+        content=loads(row.content) if row.content is not None else None,
+        metadata=meta if isinstance(meta, dict) else None,
+        key=row.key,
+        by_task_id=row.by_task_id,
+        has_content=row.content is not None,
+    )
+
+
+def _limit(limit: int) -> int:
+    if not isinstance(limit, int) or limit < 1 or limit > MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    return limit
+
+
+class Queries:
+    """Public read semantics over one session's ``ReadStore``."""
+
+    def __init__(self, store: ReadStore) -> None:
+        self.store = store
+
+    # -- session
+    def meta(self) -> SessionMeta | None:
+        with self.store.read():
+            return self.store.meta()
+
+    def main_head(self) -> int:
+        m = self.meta()
+        return m.main_head if m else 0
+
+    def is_main_boundary(self, position: int) -> bool:
+        with self.store.read():
+            return self.store.is_main_boundary(position)
+
+    # -- conversations
+    def lineage(self, conversation_id: int) -> list[tuple[int, int]]:
+        """[(ancestor, cutoff), ...] nearest first; one point read per fork level."""
+        with self.store.read():
+            return self._lineage(conversation_id)
+
+    def _lineage(self, conversation_id: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        row = self.store.conversation_rows([conversation_id]).get(conversation_id)
+        if row is None:
+            raise UnknownConversationError(conversation_id)
+        cutoff: int | None = None
+        while row.source_conversation_id is not None and row.source_as_of is not None:
+            cutoff = row.source_as_of if cutoff is None else min(cutoff, row.source_as_of)
+            out.append((row.source_conversation_id, cutoff))
+            nxt = self.store.conversation_rows([row.source_conversation_id]).get(
+                row.source_conversation_id
+            )
+            if nxt is None:
+                break
+            row = nxt
+        return out
+
+    def get_conversations(
+        self, ids: Sequence[int], as_of: int | None = None
+    ) -> dict[int, ConversationSnapshot]:
+        with self.store.read():
+            rows = self.store.conversation_rows(list(ids))
+            out: dict[int, ConversationSnapshot] = {}
+            if as_of is None:
+                live = [r.id for r in rows.values()]
+                contexts = self.store.current_contexts(live)
+                for r in rows.values():
+                    out[r.id] = self._snapshot(r, contexts.get(r.id, ()), r.prefix_revision,
+                                               r.deleted_seq is not None)
+                return out
+            for r in rows.values():
+                if r.created_seq > as_of:
+                    continue
+                ctx = self._context_as_of(r.id, as_of)
+                rev = self.store.revision_as_of(r.id, as_of)
+                deleted = r.deleted_seq is not None and r.deleted_seq <= as_of
+                out[r.id] = self._snapshot(r, tuple(ctx), rev, deleted)
+            return out
+
+    @staticmethod
+    def _snapshot(
+        r: ConvRow, context: Sequence[int], revision: int, deleted: bool
+    ) -> ConversationSnapshot:
+        source = (
+            Source(r.source_conversation_id, r.source_as_of)
+            if r.source_conversation_id is not None and r.source_as_of is not None
+            else None
+        )
+        return ConversationSnapshot(
+            id=r.id, context=tuple(context), source=source, inherit_state=r.inherit_state,
+            prefix_revision=revision, owner_task_id=r.owner_task_id, created_seq=r.created_seq,
+            deleted=deleted,
+        )
+
+    def scan_conversations(
+        self, *, source_conversation_id: int | None = None, owner_task_id: int | None = None,
+        after: int | None = None, before: int | None = None, order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[ConversationSnapshot]:
+        limit = _limit(limit)
+        with self.store.read():
+            meta = self.store.meta()
+            rows = self.store.scan_conversation_rows(
+                source=source_conversation_id, owner=owner_task_id, gt=after, lt=before,
+                order=order, limit=limit + 1,
+            )
+            more = len(rows) > limit
+            rows = rows[:limit]
+            contexts = self.store.current_contexts([r.id for r in rows])
+            items = tuple(
+                self._snapshot(r, contexts.get(r.id, ()), r.prefix_revision,
+                               r.deleted_seq is not None)
+                for r in rows
+            )
+            head = meta.head if meta else 0
+            return Page(items, head, rows[-1].id if more and rows else None)
+
+    # -- context
+    def context_as_of(self, conversation_id: int, position: int) -> tuple[int, ...]:
+        with self.store.read():
+            return tuple(self._context_as_of(conversation_id, position))
+
+    def _context_as_of(self, conversation_id: int, position: int) -> list[int]:
+        base = self.store.last_base_edit(conversation_id, position)
+        if base is None:
+            raise InvalidPositionError(
+                f"conversation {conversation_id} did not exist at position {position}"
+            )
+        edits = self.store.edits_between(conversation_id, base.seq, position)
+        return replay_context(base, edits)
+
+    # -- entries
+    def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]:
+        with self.store.read():
+            rows = self.store.entry_rows(list(ids), content=content)
+        return {i: _to_entry(r) for i, r in rows.items()}
+
+    def scan_entries(
+        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
+        order: Order = "asc", limit: int = 100, kind: str | None = None,
+        key: str | None = None, as_of: int | None = None, content: bool = False,
+    ) -> Page[Entry]:
+        """A transcript page: the inherited prefix plus local entries, each entry keeping
+        its original conversation id. Filters apply before the limit."""
+        limit = _limit(limit)
+        with self.store.read():
+            meta = self.store.meta()
+            main_head = meta.main_head if meta else 0
+            cut = main_head if as_of is None else min(as_of, main_head)
+            row = self.store.conversation_rows([conversation_id]).get(conversation_id)
+            if row is None or row.created_seq > cut:
+                raise UnknownConversationError(conversation_id, f" at position {cut}")
+            # Oldest segment first: (conversation, inclusive upper bound).
+            segments = [(a, min(c, cut)) for a, c in reversed(self._lineage(conversation_id))]
+            segments.append((conversation_id, cut))
+            if order == "desc":
+                segments.reverse()
+            items: list[EntryRow] = []
+            want = limit + 1
+            for conv, upper in segments:
+                if before is not None:
+                    upper = min(upper, before - 1)
+                if after is not None and upper <= after:
+                    if order == "asc":
+                        continue
+                    break
+                got = self.store.entry_range(
+                    conv, gt=after, le=upper, order=order, limit=want - len(items), kind=kind,
+                    key=key, content=content,
+                )
+                items.extend(got)
+                if len(items) >= want:
+                    break
+            more = len(items) > limit
+            items = items[:limit]
+            return Page(tuple(_to_entry(r) for r in items), cut,
+                        items[-1].id if more and items else None)
+
+
+def iter_pages(queries: Queries, conversation_id: int, *, limit: int = 500) -> Iterator[Entry]:
+    """Every entry of a transcript, page by page (audit and export helper)."""
+    after: int | None = None
+    while True:
+        page = queries.scan_entries(conversation_id, after=after, limit=limit, content=True)
+        yield from page.items
+        if page.next is None:
+            return
+        after = page.next
