@@ -56,8 +56,7 @@ class Command:
     def _alloc(self) -> int:
         if self._sealed:
             raise CommandRejectedError(
-                "this command has finished; a builder's transaction cannot be used after it "
-                "returns"
+                "this command has finished; a builder's transaction cannot be used after it returns"
             )
         seq = self._line.session.next_seq(self._allocated)
         if self._first is None:
@@ -103,13 +102,28 @@ class Command:
         return self._reads.get_entries(ids, content=content)
 
     def scan_entries(
-        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
-        order: Order = "asc", limit: int = 100, kind: str | None = None,
-        key: str | None = None, as_of: int | None = None, content: bool = False,
+        self,
+        conversation_id: int,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        kind: str | None = None,
+        key: str | None = None,
+        as_of: int | None = None,
+        content: bool = False,
     ) -> Page[Entry]:
         return self._reads.scan_entries(
-            conversation_id, after=after, before=before, order=order, limit=limit, kind=kind,
-            key=key, as_of=as_of, content=content,
+            conversation_id,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
+            kind=kind,
+            key=key,
+            as_of=as_of,
+            content=content,
         )
 
     # ------------------------------------------------------------------ mutations
@@ -117,15 +131,15 @@ class Command:
         """Create an empty conversation; returns its id."""
         seq = self._peek()
         conv = Conversation.start(
-            session_id=self._line.session_id, conversation_id=seq, owner_task_id=owner_task_id,
+            session_id=self._line.session_id,
+            conversation_id=seq,
+            owner_task_id=owner_task_id,
         )
         self._alloc()
         self.touched[seq] = conv
         return seq
 
-    def fork(
-        self, source_id: int, *, at_entry: int | None = None, as_of: int | None = None
-    ) -> int:
+    def fork(self, source_id: int, *, at_entry: int | None = None, as_of: int | None = None) -> int:
         """Create a historical fork of ``source_id`` after a complete main commit (§3.3)."""
         if (at_entry is None) == (as_of is None):
             raise InvalidPositionError("fork needs exactly one of at_entry= or as_of=")
@@ -170,9 +184,13 @@ class Command:
         seq = self._peek()
         try:
             conv = Conversation.start(
-                session_id=self._line.session_id, conversation_id=seq,
-                source=(fork_of, position), source_lineage=[list(p) for p in chain],
-                inherit_state=True, context=context, refs=refs,
+                session_id=self._line.session_id,
+                conversation_id=seq,
+                source=(fork_of, position),
+                source_lineage=[list(p) for p in chain],
+                inherit_state=True,
+                context=context,
+                refs=refs,
             )
         except ExchangeSplitError as exc:
             raise InvalidPositionError(
@@ -183,8 +201,13 @@ class Command:
         return seq
 
     def append_entry(
-        self, conversation_id: int, kind: str, content: JsonValue, *,
-        metadata: Mapping[str, JsonValue] | None = None, key: str | None = None,
+        self,
+        conversation_id: int,
+        kind: str,
+        content: JsonValue,
+        *,
+        metadata: Mapping[str, JsonValue] | None = None,
+        key: str | None = None,
         by_task_id: int | None = None,
     ) -> int:
         """Append an immutable entry to the transcript; returns its id (its seq)."""
@@ -196,8 +219,9 @@ class Command:
             raise CommandRejectedError("an entry key must be a string")
         conv = self._conversation(conversation_id)
         seq = self._peek()
-        conv.append_entry(seq=seq, kind=kind, content=text, metadata=meta_text, key=key,
-                          by_task_id=by_task_id)
+        conv.append_entry(
+            seq=seq, kind=kind, content=text, metadata=meta_text, key=key, by_task_id=by_task_id
+        )
         self._alloc()
         self.touched[conversation_id] = conv
         self._entries[seq] = EntryRef.from_metadata(seq, conversation_id, metadata)
@@ -212,14 +236,23 @@ class Command:
         self.touched[conversation_id] = conv
 
     def replace_context_prefix(
-        self, conversation_id: int, through: int, replacement: Sequence[int], *,
+        self,
+        conversation_id: int,
+        through: int,
+        replacement: Sequence[int],
+        *,
         expected_revision: int | None = None,
     ) -> None:
         replacement = list(replacement)
         conv = self._conversation(conversation_id)
         refs = self._refs(replacement)
-        conv.replace_context_prefix(seq=self._peek(), through=through, replacement=replacement,
-                                    refs=refs, expected_revision=expected_revision)
+        conv.replace_context_prefix(
+            seq=self._peek(),
+            through=through,
+            replacement=replacement,
+            refs=refs,
+            expected_revision=expected_revision,
+        )
         self._alloc()
         self.touched[conversation_id] = conv
 
@@ -250,11 +283,17 @@ class ConversationCommand:
         self.conversation_id = conversation_id
 
     def append_entry(
-        self, kind: str, content: JsonValue, *, metadata: Mapping[str, JsonValue] | None = None,
-        key: str | None = None, by_task_id: int | None = None,
+        self,
+        kind: str,
+        content: JsonValue,
+        *,
+        metadata: Mapping[str, JsonValue] | None = None,
+        key: str | None = None,
+        by_task_id: int | None = None,
     ) -> int:
-        return self.tx.append_entry(self.conversation_id, kind, content, metadata=metadata,
-                                    key=key, by_task_id=by_task_id)
+        return self.tx.append_entry(
+            self.conversation_id, kind, content, metadata=metadata, key=key, by_task_id=by_task_id
+        )
 
     def append_context(self, ids: Sequence[int]) -> None:
         self.tx.append_context(self.conversation_id, ids)
@@ -262,8 +301,9 @@ class ConversationCommand:
     def replace_context_prefix(
         self, through: int, replacement: Sequence[int], *, expected_revision: int | None = None
     ) -> None:
-        self.tx.replace_context_prefix(self.conversation_id, through, replacement,
-                                       expected_revision=expected_revision)
+        self.tx.replace_context_prefix(
+            self.conversation_id, through, replacement, expected_revision=expected_revision
+        )
 
     def reset_context(self, ids: Sequence[int] = ()) -> None:
         self.tx.reset_context(self.conversation_id, ids)

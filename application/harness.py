@@ -124,13 +124,22 @@ class Harness:
         return ConversationHandle(self, conversation_id) if conversation_id in found else None
 
     async def conversations(
-        self, *, source_conversation_id: int | None = None, owner_task_id: int | None = None,
-        after: int | None = None, before: int | None = None, order: Order = "asc",
+        self,
+        *,
+        source_conversation_id: int | None = None,
+        owner_task_id: int | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
         limit: int = 100,
     ) -> Page[ConversationSnapshot]:
         return self.reads.scan_conversations(
-            source_conversation_id=source_conversation_id, owner_task_id=owner_task_id,
-            after=after, before=before, order=order, limit=limit,
+            source_conversation_id=source_conversation_id,
+            owner_task_id=owner_task_id,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
         )
 
     async def get_conversations(
@@ -146,13 +155,28 @@ class Harness:
         return self.reads.get_entries(ids, content=content)
 
     async def entries(
-        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
-        order: Order = "asc", limit: int = 100, kind: str | None = None,
-        key: str | None = None, as_of: int | None = None, content: bool = True,
+        self,
+        conversation_id: int,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        kind: str | None = None,
+        key: str | None = None,
+        as_of: int | None = None,
+        content: bool = True,
     ) -> Page[Entry]:
         return self.reads.scan_entries(
-            conversation_id, after=after, before=before, order=order, limit=limit, kind=kind,
-            key=key, as_of=as_of, content=content,
+            conversation_id,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
+            kind=kind,
+            key=key,
+            as_of=as_of,
+            content=content,
         )
 
     # ------------------------------------------------------------------ audit
@@ -196,21 +220,40 @@ class ConversationHandle:
         return [found[i] for i in snap.context]
 
     async def entries(
-        self, *, after: int | None = None, before: int | None = None, order: Order = "asc",
-        limit: int = 100, kind: str | None = None, key: str | None = None,
-        as_of: int | None = None, content: bool = True,
+        self,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        kind: str | None = None,
+        key: str | None = None,
+        as_of: int | None = None,
+        content: bool = True,
     ) -> Page[Entry]:
         return await self.harness.entries(
-            self.id, after=after, before=before, order=order, limit=limit, kind=kind, key=key,
-            as_of=as_of, content=content,
+            self.id,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
+            kind=kind,
+            key=key,
+            as_of=as_of,
+            content=content,
         )
 
     async def command(self, build: Callable[[ConversationCommand], T | Awaitable[T]]) -> T:
         return await self.harness.command(lambda tx: build(ConversationCommand(tx, self.id)))
 
     async def append(
-        self, kind: str, content: JsonValue, *, metadata: dict[str, JsonValue] | None = None,
-        key: str | None = None, select: bool = True,
+        self,
+        kind: str,
+        content: JsonValue,
+        *,
+        metadata: dict[str, JsonValue] | None = None,
+        key: str | None = None,
+        select: bool = True,
     ) -> int:
         """Append an entry and (by default) select it into context, in one commit."""
 
@@ -229,21 +272,28 @@ class ConversationHandle:
         self, through: int, replacement: Sequence[int], *, expected_revision: int | None = None
     ) -> None:
         await self.harness.command(
-            lambda tx: tx.replace_context_prefix(self.id, through, replacement,
-                                                 expected_revision=expected_revision)
+            lambda tx: tx.replace_context_prefix(
+                self.id, through, replacement, expected_revision=expected_revision
+            )
         )
 
     async def compact(
-        self, summary: JsonValue, *, through: int, kind: str = "summary",
-        expected_revision: int | None = None, metadata: dict[str, JsonValue] | None = None,
+        self,
+        summary: JsonValue,
+        *,
+        through: int,
+        kind: str = "summary",
+        expected_revision: int | None = None,
+        metadata: dict[str, JsonValue] | None = None,
     ) -> int:
         """Append a summary entry and replace the context prefix through ``through`` with it,
         in one commit (§2.3). Returns the summary's id."""
 
         def build(tx: Command) -> int:
             summary_id = tx.append_entry(self.id, kind, summary, metadata=metadata)
-            tx.replace_context_prefix(self.id, through, [summary_id],
-                                      expected_revision=expected_revision)
+            tx.replace_context_prefix(
+                self.id, through, [summary_id], expected_revision=expected_revision
+            )
             return summary_id
 
         return await self.harness.command(build)
@@ -274,5 +324,3 @@ class ConversationHandle:
 
     async def delete(self) -> None:
         await self.harness.delete_conversation(self.id)
-
-

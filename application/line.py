@@ -122,7 +122,7 @@ class CommandLine:
             if tx.first is None or tx.last is None:
                 return result  # no mutations: nothing is committed
             self._persist(tx)
-            return result  # type: ignore[return-value]
+            return result
 
     def run_sync(self, build: Callable[[Command], T]) -> T:
         """The same as ``run`` for synchronous builders, for use outside an event loop."""
@@ -177,5 +177,3 @@ class CommandLine:
             self.closed = True
             self._cache.clear()
             self.storage.close()
-
-

@@ -27,16 +27,29 @@ class ReadPort(Protocol):
         self, ids: Sequence[int], as_of: int | None = None
     ) -> dict[int, ConversationSnapshot]: ...
     def scan_conversations(
-        self, *, source_conversation_id: int | None = None, owner_task_id: int | None = None,
-        after: int | None = None, before: int | None = None, order: Order = "asc",
+        self,
+        *,
+        source_conversation_id: int | None = None,
+        owner_task_id: int | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
         limit: int = 100,
     ) -> Page[ConversationSnapshot]: ...
     def context_as_of(self, conversation_id: int, position: int) -> tuple[int, ...]: ...
     def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]: ...
     def scan_entries(
-        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
-        order: Order = "asc", limit: int = 100, kind: str | None = None,
-        key: str | None = None, as_of: int | None = None, content: bool = False,
+        self,
+        conversation_id: int,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        kind: str | None = None,
+        key: str | None = None,
+        as_of: int | None = None,
+        content: bool = False,
     ) -> Page[Entry]: ...
 
 

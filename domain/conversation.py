@@ -257,8 +257,11 @@ class Conversation(Aggregate):
                 self.conversation_id,
                 f"replacement ids {sorted(clash)} are already in the retained suffix",
             )
-        prefix_openers = {self.exchange_of[str(e)] for e in self.context[: index + 1]
-                          if str(e) in self.exchange_of}
+        prefix_openers = {
+            self.exchange_of[str(e)]
+            for e in self.context[: index + 1]
+            if str(e) in self.exchange_of
+        }
         if prefix_openers:
             for e in suffix:
                 opener = self.exchange_of.get(str(e))

@@ -14,9 +14,7 @@ from pico.domain.errors import InvalidJsonError
 
 __all__ = ["JsonObject", "JsonValue", "dumps", "loads", "strict_json"]
 
-JsonValue: TypeAlias = (
-    None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
-)
+JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 JsonObject: TypeAlias = dict[str, JsonValue]
 
 _MAX_DEPTH = 200
@@ -44,8 +42,7 @@ def _check(value: Any, path: str, depth: int) -> None:
             _check(item, f"{path}.{key}", depth + 1)
         return
     raise InvalidJsonError(
-        f"{path}: {type(value).__name__} is not JSON; use dict, list, str, int, float, "
-        "bool or None"
+        f"{path}: {type(value).__name__} is not JSON; use dict, list, str, int, float, bool or None"
     )
 
 

@@ -13,8 +13,8 @@ from dependency_injector import containers, providers
 from pico.application.ports import Storage
 from pico.infrastructure.memory import MemoryRecorder, named_database
 from pico.infrastructure.settings import PicoSettings
-from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore, SqlRecorder
 from pico.infrastructure.sql import schema
+from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore, SqlRecorder
 from pico.infrastructure.storage import EventSourcedStorage
 
 __all__ = ["Container", "open_storage"]
@@ -51,15 +51,20 @@ def build_storage(settings: PicoSettings) -> Storage:
     url = settings.storage_url
     sid = settings.session
     if url.startswith("memory://"):
-        mdb = named_database(url[len("memory://"):])
+        mdb = named_database(url[len("memory://") :])
         return EventSourcedStorage(
-            sid, events=MemoryRecorder(mdb), snapshots=MemoryRecorder(mdb, snapshots=True),
+            sid,
+            events=MemoryRecorder(mdb),
+            snapshots=MemoryRecorder(mdb, snapshots=True),
             read_store=mdb.read_store(sid),
         )
     db, release = _open_sql(_sql_url(url), settings.durability)
     return EventSourcedStorage(
-        sid, events=SqlRecorder(db), snapshots=SqlRecorder(db, table=schema.snapshots),
-        read_store=SqlReadStore(db, sid), on_close=release,
+        sid,
+        events=SqlRecorder(db),
+        snapshots=SqlRecorder(db, table=schema.snapshots),
+        read_store=SqlReadStore(db, sid),
+        on_close=release,
     )
 
 
@@ -68,12 +73,13 @@ class Container(containers.DeclarativeContainer):
     storage = providers.Factory(build_storage, settings=settings)
 
 
-def open_storage(
-    url: str, *, session: str, durability: str | None, read_only: bool
-) -> Storage:
-    settings = PicoSettings(storage_url=url, session=session,
-                            durability=durability or "process",  # type: ignore[arg-type]
-                            read_only=read_only)
+def open_storage(url: str, *, session: str, durability: str | None, read_only: bool) -> Storage:
+    settings = PicoSettings(
+        storage_url=url,
+        session=session,
+        durability=durability or "process",  # type: ignore[arg-type]
+        read_only=read_only,
+    )
     container = Container(settings=settings)
     storage: Storage = container.storage()
     return storage

@@ -70,7 +70,8 @@ class MemoryRecorder(AggregateRecorder):
                     last = pending.get(oid, stream[-1].originator_version if stream else 0)
                     if e.originator_version <= last:
                         raise IntegrityError(
-                            f"stream {oid} already has version {e.originator_version}")
+                            f"stream {oid} already has version {e.originator_version}"
+                        )
                     pending[oid] = e.originator_version
             for e in stored_events:
                 oid = UUID(str(e.originator_id))
@@ -82,14 +83,22 @@ class MemoryRecorder(AggregateRecorder):
         return None
 
     def select_events(
-        self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
-        desc: bool = False, limit: int | None = None,
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         with self.db.lock:
             stream = list(self.streams.get(UUID(str(originator_id)), []))
-        out = [e for e in stream
-               if (gt is None or e.originator_version > gt)
-               and (lte is None or e.originator_version <= lte)]
+        out = [
+            e
+            for e in stream
+            if (gt is None or e.originator_version > gt)
+            and (lte is None or e.originator_version <= lte)
+        ]
         if desc:
             out.reverse()
         return out[:limit] if limit is not None else out

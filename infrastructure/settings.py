@@ -34,8 +34,9 @@ class PicoSettings(BaseSettings):
     @field_validator("storage_url")
     @classmethod
     def _known_scheme(cls, value: str) -> str:
-        if not value.startswith(("sqlite://", "memory://", "postgresql://",
-                                 "postgresql+psycopg://", "postgres://")):
+        if not value.startswith(
+            ("sqlite://", "memory://", "postgresql://", "postgresql+psycopg://", "postgres://")
+        ):
             raise ValueError(
                 f"unsupported storage URL {value!r}: use sqlite:///path.db, memory://[name] "
                 "or postgresql://user@host/database"

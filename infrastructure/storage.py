@@ -31,7 +31,7 @@ from pico.domain.session import Session
 from pico.projections.ops import project
 from pico.projections.queries import Queries, ReadStore
 
-__all__ = ["EventSourcedStorage", "SNAPSHOT_INTERVAL"]
+__all__ = ["SNAPSHOT_INTERVAL", "EventSourcedStorage"]
 
 log = logging.getLogger("pico.storage")
 
@@ -68,15 +68,14 @@ class EventSourcedStorage:
         self.recorder = events
         self.events: EventStore[UUID] = EventStore(self.mapper, events)
         self.snapshots: EventStore[UUID] = EventStore(self.mapper, snapshots)
-        self.repository: Repository[UUID] = Repository(self.events,
-                                                       snapshot_store=self.snapshots)
+        self.repository: Repository[UUID] = Repository(self.events, snapshot_store=self.snapshots)
         self.queries = Queries(read_store)
         self.reads: ReadPort = self.queries
         self._on_close = on_close
 
     def load(self, aggregate_id: UUID) -> Aggregate | None:
         try:
-            aggregate = self.repository.get(aggregate_id)
+            aggregate: Any = self.repository.get(aggregate_id)
         except AggregateNotFoundError:
             return None
         except Exception as exc:
@@ -97,12 +96,16 @@ class EventSourcedStorage:
         except IntegrityError as exc:
             raise StaleWriterError(self.session_id) from exc
         for aggregate in aggregates:
-            self._maybe_snapshot(aggregate, len([e for e in pe.events
-                                                 if e.originator_id == aggregate.id]))
+            self._maybe_snapshot(
+                aggregate, len([e for e in pe.events if e.originator_id == aggregate.id])
+            )
 
     def _maybe_snapshot(self, aggregate: Aggregate, new_events: int) -> None:
         version = aggregate.version
-        if new_events and version // SNAPSHOT_INTERVAL != (version - new_events) // SNAPSHOT_INTERVAL:
+        if (
+            new_events
+            and version // SNAPSHOT_INTERVAL != (version - new_events) // SNAPSHOT_INTERVAL
+        ):
             try:
                 self.snapshots.put([aggregate.Snapshot.take(aggregate)])
             except Exception:  # an optimisation only: a reload replays more events instead
@@ -112,7 +115,7 @@ class EventSourcedStorage:
         rec = self.recorder
         if not hasattr(rec, "select_session_events"):
             raise TypeError(f"{type(rec).__name__} cannot list a session's events")
-        return rec  # type: ignore[return-value]
+        return rec
 
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:
         out = []
@@ -120,14 +123,16 @@ class EventSourcedStorage:
             self.session_id, after=after, limit=limit
         ):
             event = self.mapper.to_domain_event(stored)
-            out.append(AuditRecord(
-                position=position,
-                aggregate=_aggregate_name(event),
-                version=stored.originator_version,
-                event=type(event).__qualname__,
-                timestamp=getattr(event, "timestamp", None),
-                payload=_payload(event),
-            ))
+            out.append(
+                AuditRecord(
+                    position=position,
+                    aggregate=_aggregate_name(event),
+                    version=stored.originator_version,
+                    event=type(event).__qualname__,
+                    timestamp=getattr(event, "timestamp", None),
+                    payload=_payload(event),
+                )
+            )
         return out
 
     def replay(self) -> Iterator[list[Any]]:
@@ -136,8 +141,7 @@ class EventSourcedStorage:
         after = 0
         batch: list[Any] = []
         while True:
-            rows = self._recorder().select_session_events(self.session_id, after=after,
-                                                          limit=1000)
+            rows = self._recorder().select_session_events(self.session_id, after=after, limit=1000)
             if not rows:
                 break
             for position, stored in rows:
@@ -166,8 +170,12 @@ def _aggregate_name(event: Any) -> str:
 
 
 _CONVERSATION_EVENTS = (
-    Conversation.Created, Conversation.EntryAppended, Conversation.ContextAppended,
-    Conversation.ContextPrefixReplaced, Conversation.ContextReset, Conversation.Deleted,
+    Conversation.Created,
+    Conversation.EntryAppended,
+    Conversation.ContextAppended,
+    Conversation.ContextPrefixReplaced,
+    Conversation.ContextReset,
+    Conversation.Deleted,
 )
 
 

@@ -30,7 +30,14 @@ from pico.domain.errors import (
     UnknownEntryError,
     UnknownSessionError,
 )
-from pico.domain.values import CommitBoundary, ConversationSnapshot, Entry, Page, SessionMeta, Source
+from pico.domain.values import (
+    CommitBoundary,
+    ConversationSnapshot,
+    Entry,
+    Page,
+    SessionMeta,
+    Source,
+)
 from pico.infrastructure.container import open_storage
 from pico.infrastructure.settings import PicoSettings
 

@@ -71,8 +71,16 @@ class MemoryReadStore:
 
     def _apply(self, op: RowOp) -> None:
         if isinstance(op, PutEntry):
-            row = EntryRow(op.entry_id, op.conversation_id, op.kind, op.key, op.metadata,
-                           op.by_task_id, op.commit_end, op.content)
+            row = EntryRow(
+                op.entry_id,
+                op.conversation_id,
+                op.kind,
+                op.key,
+                op.metadata,
+                op.by_task_id,
+                op.commit_end,
+                op.content,
+            )
             self._entries[op.entry_id] = row
             self._by_conv.setdefault(op.conversation_id, []).append(op.entry_id)
             self._by_kind.setdefault((op.conversation_id, op.kind), []).append(op.entry_id)
@@ -84,14 +92,23 @@ class MemoryReadStore:
         elif isinstance(op, PutCommit):
             assert self._meta is not None
             main = op.scope == "main"
-            self._meta = replace(self._meta, head=op.last,
-                                 main_head=op.last if main else self._meta.main_head)
+            self._meta = replace(
+                self._meta, head=op.last, main_head=op.last if main else self._meta.main_head
+            )
             if main:
                 self._boundaries.add(op.last)
         elif isinstance(op, CreateConversation):
             cid = op.conversation_id
-            self._convs[cid] = ConvRow(cid, cid, op.source_conversation_id, op.source_as_of,
-                                       op.inherit_state, op.owner_task_id, 0, None)
+            self._convs[cid] = ConvRow(
+                cid,
+                cid,
+                op.source_conversation_id,
+                op.source_as_of,
+                op.inherit_state,
+                op.owner_task_id,
+                0,
+                None,
+            )
             self._conv_ids.append(cid)
             if op.source_conversation_id is not None:
                 self._by_source.setdefault(op.source_conversation_id, []).append(cid)
@@ -147,8 +164,14 @@ class MemoryReadStore:
         return {i: tuple(self._context[i]) for i in ids if i in self._context}
 
     def scan_conversation_rows(
-        self, *, source: int | None, owner: int | None, gt: int | None, lt: int | None,
-        order: Order, limit: int,
+        self,
+        *,
+        source: int | None,
+        owner: int | None,
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
     ) -> list[ConvRow]:
         if source is not None and owner is not None:
             owned = set(self._by_owner.get(owner, []))
@@ -173,8 +196,16 @@ class MemoryReadStore:
         return out
 
     def entry_range(
-        self, conversation_id: int, *, gt: int | None, le: int | None, order: Order, limit: int,
-        kind: str | None, key: str | None, content: bool,
+        self,
+        conversation_id: int,
+        *,
+        gt: int | None,
+        le: int | None,
+        order: Order,
+        limit: int,
+        kind: str | None,
+        key: str | None,
+        content: bool,
     ) -> list[EntryRow]:
         if kind is not None and key is not None:
             by_key = self._by_key.get((conversation_id, key), [])

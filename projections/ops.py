@@ -139,19 +139,36 @@ def project(events: Iterable[Any]) -> list[RowOp]:
     for e in ordered:
         if isinstance(e, Conversation.EntryAppended):
             ops.append(
-                PutEntry(e.seq, e.conversation_id, e.kind, e.content, e.metadata, e.key,
-                         e.by_task_id, commit_end)
+                PutEntry(
+                    e.seq,
+                    e.conversation_id,
+                    e.kind,
+                    e.content,
+                    e.metadata,
+                    e.key,
+                    e.by_task_id,
+                    commit_end,
+                )
             )
         elif isinstance(e, Conversation.ContextAppended):
             ops.append(AppendContext(e.conversation_id, e.seq, tuple(e.ids), e.revision))
         elif isinstance(e, Conversation.Created):
             ops.append(
-                CreateConversation(e.conversation_id, e.source_conversation_id, e.source_as_of,
-                                   e.inherit_state, e.owner_task_id, tuple(e.context))
+                CreateConversation(
+                    e.conversation_id,
+                    e.source_conversation_id,
+                    e.source_as_of,
+                    e.inherit_state,
+                    e.owner_task_id,
+                    tuple(e.context),
+                )
             )
         elif isinstance(e, Conversation.ContextPrefixReplaced):
-            ops.append(ReplacePrefix(e.conversation_id, e.seq, e.through, e.removed,
-                                     tuple(e.replacement), e.revision))
+            ops.append(
+                ReplacePrefix(
+                    e.conversation_id, e.seq, e.through, e.removed, tuple(e.replacement), e.revision
+                )
+            )
         elif isinstance(e, Conversation.ContextReset):
             ops.append(ResetContext(e.conversation_id, e.seq, tuple(e.ids), e.revision))
         elif isinstance(e, Conversation.Deleted):

@@ -63,13 +63,27 @@ class ReadStore(Protocol):
     def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]: ...
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]: ...
     def scan_conversation_rows(
-        self, *, source: int | None, owner: int | None, gt: int | None, lt: int | None,
-        order: Order, limit: int,
+        self,
+        *,
+        source: int | None,
+        owner: int | None,
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
     ) -> list[ConvRow]: ...
     def entry_rows(self, ids: Sequence[int], *, content: bool) -> dict[int, EntryRow]: ...
     def entry_range(
-        self, conversation_id: int, *, gt: int | None, le: int | None, order: Order, limit: int,
-        kind: str | None, key: str | None, content: bool,
+        self,
+        conversation_id: int,
+        *,
+        gt: int | None,
+        le: int | None,
+        order: Order,
+        limit: int,
+        kind: str | None,
+        key: str | None,
+        content: bool,
     ) -> list[EntryRow]: ...
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None: ...
     def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]: ...
@@ -162,8 +176,9 @@ class Queries:
                 live = [r.id for r in rows.values()]
                 contexts = self.store.current_contexts(live)
                 for r in rows.values():
-                    out[r.id] = self._snapshot(r, contexts.get(r.id, ()), r.prefix_revision,
-                                               r.deleted_seq is not None)
+                    out[r.id] = self._snapshot(
+                        r, contexts.get(r.id, ()), r.prefix_revision, r.deleted_seq is not None
+                    )
                 return out
             for r in rows.values():
                 if r.created_seq > as_of:
@@ -184,29 +199,44 @@ class Queries:
             else None
         )
         return ConversationSnapshot(
-            id=r.id, context=tuple(context), source=source, inherit_state=r.inherit_state,
-            prefix_revision=revision, owner_task_id=r.owner_task_id, created_seq=r.created_seq,
+            id=r.id,
+            context=tuple(context),
+            source=source,
+            inherit_state=r.inherit_state,
+            prefix_revision=revision,
+            owner_task_id=r.owner_task_id,
+            created_seq=r.created_seq,
             deleted=deleted,
         )
 
     def scan_conversations(
-        self, *, source_conversation_id: int | None = None, owner_task_id: int | None = None,
-        after: int | None = None, before: int | None = None, order: Order = "asc",
+        self,
+        *,
+        source_conversation_id: int | None = None,
+        owner_task_id: int | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
         limit: int = 100,
     ) -> Page[ConversationSnapshot]:
         limit = _limit(limit)
         with self.store.read():
             meta = self.store.meta()
             rows = self.store.scan_conversation_rows(
-                source=source_conversation_id, owner=owner_task_id, gt=after, lt=before,
-                order=order, limit=limit + 1,
+                source=source_conversation_id,
+                owner=owner_task_id,
+                gt=after,
+                lt=before,
+                order=order,
+                limit=limit + 1,
             )
             more = len(rows) > limit
             rows = rows[:limit]
             contexts = self.store.current_contexts([r.id for r in rows])
             items = tuple(
-                self._snapshot(r, contexts.get(r.id, ()), r.prefix_revision,
-                               r.deleted_seq is not None)
+                self._snapshot(
+                    r, contexts.get(r.id, ()), r.prefix_revision, r.deleted_seq is not None
+                )
                 for r in rows
             )
             head = meta.head if meta else 0
@@ -233,9 +263,17 @@ class Queries:
         return {i: _to_entry(r) for i, r in rows.items()}
 
     def scan_entries(
-        self, conversation_id: int, *, after: int | None = None, before: int | None = None,
-        order: Order = "asc", limit: int = 100, kind: str | None = None,
-        key: str | None = None, as_of: int | None = None, content: bool = False,
+        self,
+        conversation_id: int,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        kind: str | None = None,
+        key: str | None = None,
+        as_of: int | None = None,
+        content: bool = False,
     ) -> Page[Entry]:
         """A transcript page: the inherited prefix plus local entries, each entry keeping
         its original conversation id. Filters apply before the limit."""
@@ -262,16 +300,23 @@ class Queries:
                         continue
                     break
                 got = self.store.entry_range(
-                    conv, gt=after, le=upper, order=order, limit=want - len(items), kind=kind,
-                    key=key, content=content,
+                    conv,
+                    gt=after,
+                    le=upper,
+                    order=order,
+                    limit=want - len(items),
+                    kind=kind,
+                    key=key,
+                    content=content,
                 )
                 items.extend(got)
                 if len(items) >= want:
                     break
             more = len(items) > limit
             items = items[:limit]
-            return Page(tuple(_to_entry(r) for r in items), cut,
-                        items[-1].id if more and items else None)
+            return Page(
+                tuple(_to_entry(r) for r in items), cut, items[-1].id if more and items else None
+            )
 
 
 def iter_pages(queries: Queries, conversation_id: int, *, limit: int = 500) -> Iterator[Entry]:

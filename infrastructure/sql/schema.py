@@ -29,7 +29,8 @@ metadata = MetaData()
 _Id = BigInteger().with_variant(Integer(), "sqlite")
 
 events = Table(
-    "pico_events", metadata,
+    "pico_events",
+    metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
     Column("session_id", String(200), nullable=False),
     Column("originator_id", String(32), nullable=False),
@@ -41,7 +42,8 @@ events = Table(
 )
 
 snapshots = Table(
-    "pico_snapshots", metadata,
+    "pico_snapshots",
+    metadata,
     Column("originator_id", String(32), primary_key=True),
     Column("originator_version", Integer, primary_key=True),
     Column("topic", Text, nullable=False),
@@ -49,7 +51,8 @@ snapshots = Table(
 )
 
 sessions = Table(
-    "pico_sessions", metadata,
+    "pico_sessions",
+    metadata,
     Column("session_id", String(200), primary_key=True),
     Column("head", BigInteger, nullable=False),
     Column("main_head", BigInteger, nullable=False),
@@ -58,7 +61,8 @@ sessions = Table(
 )
 
 commits = Table(
-    "pico_commits", metadata,
+    "pico_commits",
+    metadata,
     Column("session_id", String(200), primary_key=True),
     Column("last", BigInteger, primary_key=True),
     Column("first", BigInteger, nullable=False),
@@ -66,7 +70,8 @@ commits = Table(
 )
 
 conversations = Table(
-    "pico_conversations", metadata,
+    "pico_conversations",
+    metadata,
     Column("session_id", String(200), primary_key=True),
     Column("id", BigInteger, primary_key=True),
     Column("created_seq", BigInteger, nullable=False),
@@ -81,7 +86,8 @@ conversations = Table(
 )
 
 entries = Table(
-    "pico_entries", metadata,
+    "pico_entries",
+    metadata,
     Column("session_id", String(200), primary_key=True),
     Column("id", BigInteger, primary_key=True),
     Column("conversation_id", BigInteger, nullable=False),
@@ -97,7 +103,8 @@ entries = Table(
 )
 
 context_elements = Table(
-    "pico_context_elements", metadata,
+    "pico_context_elements",
+    metadata,
     Column("session_id", String(200), primary_key=True),
     Column("conversation_id", BigInteger, primary_key=True),
     Column("position", BigInteger, primary_key=True),
@@ -105,7 +112,8 @@ context_elements = Table(
 )
 
 context_edits = Table(
-    "pico_context_edits", metadata,
+    "pico_context_edits",
+    metadata,
     Column("session_id", String(200), primary_key=True),
     Column("conversation_id", BigInteger, primary_key=True),
     Column("seq", BigInteger, primary_key=True),
@@ -118,15 +126,15 @@ context_edits = Table(
 )
 
 schema_versions = Table(
-    "pico_schema", metadata,
+    "pico_schema",
+    metadata,
     Column("version", Integer, primary_key=True),
     Column("description", Text, nullable=False),
 )
 
 
 def _v1(conn: Connection) -> None:
-    metadata.create_all(conn, tables=[t for t in metadata.sorted_tables
-                                      if t.name != "pico_schema"])
+    metadata.create_all(conn, tables=[t for t in metadata.sorted_tables if t.name != "pico_schema"])
 
 
 MIGRATIONS = [(1, "events, snapshots and the §7.6 query tables", _v1)]
@@ -140,5 +148,4 @@ def setup(conn: Connection) -> None:
     for version, description, apply in MIGRATIONS:
         if version not in done:
             apply(conn)
-            conn.execute(schema_versions.insert().values(version=version,
-                                                         description=description))
+            conn.execute(schema_versions.insert().values(version=version, description=description))

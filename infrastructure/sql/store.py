@@ -97,8 +97,12 @@ class SqlRecorder(AggregateRecorder):
         session_id: str = kwargs.get("session_id", "")
         ops: Sequence[RowOp] = kwargs.get("ops", ())
         rows = [
-            {"originator_id": _hex(e.originator_id), "originator_version": e.originator_version,
-             "topic": e.topic, "state": e.state}
+            {
+                "originator_id": _hex(e.originator_id),
+                "originator_version": e.originator_version,
+                "topic": e.topic,
+                "state": e.state,
+            }
             for e in stored_events
         ]
         if self.is_events:
@@ -115,12 +119,18 @@ class SqlRecorder(AggregateRecorder):
         return None
 
     def select_events(
-        self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
-        desc: bool = False, limit: int | None = None,
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         c = self.table.c
         q = sa.select(c.originator_id, c.originator_version, c.topic, c.state).where(
-            c.originator_id == _hex(originator_id))
+            c.originator_id == _hex(originator_id)
+        )
         if gt is not None:
             q = q.where(c.originator_version > gt)
         if lte is not None:
@@ -135,11 +145,16 @@ class SqlRecorder(AggregateRecorder):
         self, session_id: str, *, after: int, limit: int
     ) -> list[tuple[int, StoredEvent]]:
         c = t.events.c
-        q = (sa.select(c.id, c.originator_id, c.originator_version, c.topic, c.state)
-             .where(c.session_id == session_id, c.id > after).order_by(c.id).limit(limit))
+        q = (
+            sa.select(c.id, c.originator_id, c.originator_version, c.topic, c.state)
+            .where(c.session_id == session_id, c.id > after)
+            .order_by(c.id)
+            .limit(limit)
+        )
         with self.db.reader.connect() as conn:
-            return [(r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4])))
-                    for r in conn.execute(q)]
+            return [
+                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
+            ]
 
 
 def _hex(value: UUID | str) -> str:
@@ -159,34 +174,54 @@ class SqlProjectionWriter:
         edits: list[dict[str, Any]] = []
         for op in ops:
             if isinstance(op, PutEntry):
-                entries.append({
-                    "session_id": self.sid, "id": op.entry_id,
-                    "conversation_id": op.conversation_id, "kind": op.kind, "key": op.key,
-                    "content": op.content, "metadata": op.metadata,
-                    "by_task_id": op.by_task_id, "commit_end": op.commit_end})
+                entries.append(
+                    {
+                        "session_id": self.sid,
+                        "id": op.entry_id,
+                        "conversation_id": op.conversation_id,
+                        "kind": op.kind,
+                        "key": op.key,
+                        "content": op.content,
+                        "metadata": op.metadata,
+                        "by_task_id": op.by_task_id,
+                        "commit_end": op.commit_end,
+                    }
+                )
             elif isinstance(op, AppendContext):
                 self._append_elements(op.conversation_id, op.ids)
-                edits.append(self._edit(op.conversation_id, op.seq, "append", op.ids, 0,
-                                        op.revision))
+                edits.append(
+                    self._edit(op.conversation_id, op.seq, "append", op.ids, 0, op.revision)
+                )
             elif isinstance(op, PutCommit):
                 self._commit(op)
             elif isinstance(op, CreateConversation):
                 self._create(op)
-                edits.append(self._edit(op.conversation_id, op.conversation_id, "create",
-                                        op.context, 0, 0))
+                edits.append(
+                    self._edit(op.conversation_id, op.conversation_id, "create", op.context, 0, 0)
+                )
             elif isinstance(op, ReplacePrefix):
                 self._replace(op)
-                edits.append(self._edit(op.conversation_id, op.seq, "replace", op.replacement,
-                                        op.removed, op.revision))
+                edits.append(
+                    self._edit(
+                        op.conversation_id,
+                        op.seq,
+                        "replace",
+                        op.replacement,
+                        op.removed,
+                        op.revision,
+                    )
+                )
             elif isinstance(op, ResetContext):
                 self._reset(op)
-                edits.append(self._edit(op.conversation_id, op.seq, "reset", op.ids, 0,
-                                        op.revision))
+                edits.append(
+                    self._edit(op.conversation_id, op.seq, "reset", op.ids, 0, op.revision)
+                )
             elif isinstance(op, DeleteConversation):
                 self._update_conv(op.conversation_id, deleted_seq=op.seq)
             elif isinstance(op, PutSession):
-                self.conn.execute(t.sessions.insert().values(
-                    session_id=self.sid, head=0, main_head=0))
+                self.conn.execute(
+                    t.sessions.insert().values(session_id=self.sid, head=0, main_head=0)
+                )
             elif isinstance(op, PutClaim):
                 self._update_session(owner=op.owner)
             elif isinstance(op, PutRoot):
@@ -196,48 +231,79 @@ class SqlProjectionWriter:
         if edits:
             self.conn.execute(t.context_edits.insert(), edits)
 
-    def _edit(self, cid: int, seq: int, op: str, ids: Sequence[int], removed: int,
-              revision: int) -> dict[str, Any]:
-        return {"session_id": self.sid, "conversation_id": cid, "seq": seq, "op": op,
-                "base": op in ("create", "reset"), "ids": json.dumps(list(ids)),
-                "removed": removed, "revision": revision}
+    def _edit(
+        self, cid: int, seq: int, op: str, ids: Sequence[int], removed: int, revision: int
+    ) -> dict[str, Any]:
+        return {
+            "session_id": self.sid,
+            "conversation_id": cid,
+            "seq": seq,
+            "op": op,
+            "base": op in ("create", "reset"),
+            "ids": json.dumps(list(ids)),
+            "removed": removed,
+            "revision": revision,
+        }
 
     def _update_session(self, **values: Any) -> None:
-        self.conn.execute(t.sessions.update()
-                          .where(t.sessions.c.session_id == self.sid).values(**values))
+        self.conn.execute(
+            t.sessions.update().where(t.sessions.c.session_id == self.sid).values(**values)
+        )
 
     def _update_conv(self, cid: int, **values: Any) -> None:
         c = t.conversations.c
-        self.conn.execute(t.conversations.update()
-                          .where(c.session_id == self.sid, c.id == cid).values(**values))
+        self.conn.execute(
+            t.conversations.update().where(c.session_id == self.sid, c.id == cid).values(**values)
+        )
 
     def _commit(self, op: PutCommit) -> None:
-        self.conn.execute(t.commits.insert().values(
-            session_id=self.sid, last=op.last, first=op.first, scope=op.scope))
+        self.conn.execute(
+            t.commits.insert().values(
+                session_id=self.sid, last=op.last, first=op.first, scope=op.scope
+            )
+        )
         values: dict[str, Any] = {"head": op.last}
         if op.scope == "main":
             values["main_head"] = op.last
         self._update_session(**values)
 
     def _create(self, op: CreateConversation) -> None:
-        self.conn.execute(t.conversations.insert().values(
-            session_id=self.sid, id=op.conversation_id, created_seq=op.conversation_id,
-            source_conversation_id=op.source_conversation_id, source_as_of=op.source_as_of,
-            inherit_state=op.inherit_state, owner_task_id=op.owner_task_id,
-            prefix_revision=0, deleted_seq=None))
+        self.conn.execute(
+            t.conversations.insert().values(
+                session_id=self.sid,
+                id=op.conversation_id,
+                created_seq=op.conversation_id,
+                source_conversation_id=op.source_conversation_id,
+                source_as_of=op.source_as_of,
+                inherit_state=op.inherit_state,
+                owner_task_id=op.owner_task_id,
+                prefix_revision=0,
+                deleted_seq=None,
+            )
+        )
         self._insert_elements(op.conversation_id, 0, op.context)
 
     def _insert_elements(self, cid: int, start: int, ids: Sequence[int]) -> None:
         if ids:
-            self.conn.execute(t.context_elements.insert(), [
-                {"session_id": self.sid, "conversation_id": cid, "position": start + i,
-                 "entry_id": e} for i, e in enumerate(ids)])
+            self.conn.execute(
+                t.context_elements.insert(),
+                [
+                    {
+                        "session_id": self.sid,
+                        "conversation_id": cid,
+                        "position": start + i,
+                        "entry_id": e,
+                    }
+                    for i, e in enumerate(ids)
+                ],
+            )
 
     def _append_elements(self, cid: int, ids: Sequence[int]) -> None:
         c = t.context_elements.c
         last = self.conn.execute(
-            sa.select(sa.func.max(c.position)).where(c.session_id == self.sid,
-                                                     c.conversation_id == cid)
+            sa.select(sa.func.max(c.position)).where(
+                c.session_id == self.sid, c.conversation_id == cid
+            )
         ).scalar()
         self._insert_elements(cid, 0 if last is None else last + 1, ids)
 
@@ -246,18 +312,27 @@ class SqlProjectionWriter:
         cid = op.conversation_id
         # The position of the last replaced element; the retained suffix is not rewritten.
         pivot = self.conn.execute(
-            sa.select(c.position).where(c.session_id == self.sid, c.conversation_id == cid)
-            .order_by(c.position).offset(op.removed - 1).limit(1)
+            sa.select(c.position)
+            .where(c.session_id == self.sid, c.conversation_id == cid)
+            .order_by(c.position)
+            .offset(op.removed - 1)
+            .limit(1)
         ).scalar_one()
-        self.conn.execute(t.context_elements.delete().where(
-            c.session_id == self.sid, c.conversation_id == cid, c.position <= pivot))
+        self.conn.execute(
+            t.context_elements.delete().where(
+                c.session_id == self.sid, c.conversation_id == cid, c.position <= pivot
+            )
+        )
         self._insert_elements(cid, pivot - len(op.replacement) + 1, op.replacement)
         self._update_conv(cid, prefix_revision=op.revision)
 
     def _reset(self, op: ResetContext) -> None:
         c = t.context_elements.c
-        self.conn.execute(t.context_elements.delete().where(
-            c.session_id == self.sid, c.conversation_id == op.conversation_id))
+        self.conn.execute(
+            t.context_elements.delete().where(
+                c.session_id == self.sid, c.conversation_id == op.conversation_id
+            )
+        )
         self._insert_elements(op.conversation_id, 0, op.ids)
         self._update_conv(op.conversation_id, prefix_revision=op.revision)
 
@@ -292,44 +367,64 @@ class SqlReadStore:
 
     def meta(self) -> SessionMeta | None:
         s = t.sessions.c
-        row = self._c.execute(sa.select(s.head, s.main_head, s.root_id, s.owner)
-                              .where(s.session_id == self.sid)).first()
+        row = self._c.execute(
+            sa.select(s.head, s.main_head, s.root_id, s.owner).where(s.session_id == self.sid)
+        ).first()
         return None if row is None else SessionMeta(self.sid, row[0], row[1], row[2], row[3])
 
     def is_main_boundary(self, position: int) -> bool:
         c = t.commits.c
-        row = self._c.execute(sa.select(c.scope).where(c.session_id == self.sid,
-                                                       c.last == position)).first()
+        row = self._c.execute(
+            sa.select(c.scope).where(c.session_id == self.sid, c.last == position)
+        ).first()
         return row is not None and row[0] == "main"
 
     def _conv_select(self) -> sa.Select[Any]:
         c = t.conversations.c
-        return sa.select(c.id, c.created_seq, c.source_conversation_id, c.source_as_of,
-                         c.inherit_state, c.owner_task_id, c.prefix_revision, c.deleted_seq)
+        return sa.select(
+            c.id,
+            c.created_seq,
+            c.source_conversation_id,
+            c.source_as_of,
+            c.inherit_state,
+            c.owner_task_id,
+            c.prefix_revision,
+            c.deleted_seq,
+        )
 
     def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]:
         if not ids:
             return {}
         c = t.conversations.c
         q = self._conv_select().where(c.session_id == self.sid, c.id.in_(list(ids)))
-        return {r[0]: ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
-                for r in self._c.execute(q)}
+        return {
+            r[0]: ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
+            for r in self._c.execute(q)
+        }
 
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
         if not ids:
             return {}
         c = t.context_elements.c
-        q = (sa.select(c.conversation_id, c.entry_id)
-             .where(c.session_id == self.sid, c.conversation_id.in_(list(ids)))
-             .order_by(c.conversation_id, c.position))
+        q = (
+            sa.select(c.conversation_id, c.entry_id)
+            .where(c.session_id == self.sid, c.conversation_id.in_(list(ids)))
+            .order_by(c.conversation_id, c.position)
+        )
         out: dict[int, list[int]] = {i: [] for i in ids}
         for cid, eid in self._c.execute(q):
             out[cid].append(eid)
         return {k: tuple(v) for k, v in out.items()}
 
     def scan_conversation_rows(
-        self, *, source: int | None, owner: int | None, gt: int | None, lt: int | None,
-        order: Order, limit: int,
+        self,
+        *,
+        source: int | None,
+        owner: int | None,
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
     ) -> list[ConvRow]:
         c = t.conversations.c
         q = self._conv_select().where(c.session_id == self.sid)
@@ -342,8 +437,10 @@ class SqlReadStore:
         if lt is not None:
             q = q.where(c.id < lt)
         q = q.order_by(c.id if order == "asc" else c.id.desc()).limit(limit)
-        return [ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
-                for r in self._c.execute(q)]
+        return [
+            ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
+            for r in self._c.execute(q)
+        ]
 
     def _entry_select(self, content: bool) -> sa.Select[Any]:
         c = t.entries.c
@@ -363,19 +460,29 @@ class SqlReadStore:
         out: dict[int, EntryRow] = {}
         unique = sorted(set(ids))
         for k in range(0, len(unique), 500):
-            q = self._entry_select(content).where(c.session_id == self.sid,
-                                                  c.id.in_(unique[k:k + 500]))
+            q = self._entry_select(content).where(
+                c.session_id == self.sid, c.id.in_(unique[k : k + 500])
+            )
             for r in self._c.execute(q):
                 out[r[0]] = self._entry(r, content)
         return out
 
     def entry_range(
-        self, conversation_id: int, *, gt: int | None, le: int | None, order: Order, limit: int,
-        kind: str | None, key: str | None, content: bool,
+        self,
+        conversation_id: int,
+        *,
+        gt: int | None,
+        le: int | None,
+        order: Order,
+        limit: int,
+        kind: str | None,
+        key: str | None,
+        content: bool,
     ) -> list[EntryRow]:
         c = t.entries.c
-        q = self._entry_select(content).where(c.session_id == self.sid,
-                                              c.conversation_id == conversation_id)
+        q = self._entry_select(content).where(
+            c.session_id == self.sid, c.conversation_id == conversation_id
+        )
         if kind is not None:
             q = q.where(c.kind == kind)
         if key is not None:
@@ -397,26 +504,43 @@ class SqlReadStore:
 
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None:
         c = t.context_edits.c
-        q = (self._edit_select()
-             .where(c.session_id == self.sid, c.conversation_id == conversation_id,
-                    c.base == sa.true(), c.seq <= position)
-             .order_by(c.seq.desc()).limit(1))
+        q = (
+            self._edit_select()
+            .where(
+                c.session_id == self.sid,
+                c.conversation_id == conversation_id,
+                c.base == sa.true(),
+                c.seq <= position,
+            )
+            .order_by(c.seq.desc())
+            .limit(1)
+        )
         row = self._c.execute(q).first()
         return None if row is None else self._edit(row)
 
     def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]:
         c = t.context_edits.c
-        q = (self._edit_select()
-             .where(c.session_id == self.sid, c.conversation_id == conversation_id,
-                    c.seq > gt, c.seq <= le)
-             .order_by(c.seq))
+        q = (
+            self._edit_select()
+            .where(
+                c.session_id == self.sid,
+                c.conversation_id == conversation_id,
+                c.seq > gt,
+                c.seq <= le,
+            )
+            .order_by(c.seq)
+        )
         return [self._edit(r) for r in self._c.execute(q)]
 
     def revision_as_of(self, conversation_id: int, position: int) -> int:
         c = t.context_edits.c
-        q = (sa.select(c.revision)
-             .where(c.session_id == self.sid, c.conversation_id == conversation_id,
-                    c.seq <= position)
-             .order_by(c.seq.desc()).limit(1))
+        q = (
+            sa.select(c.revision)
+            .where(
+                c.session_id == self.sid, c.conversation_id == conversation_id, c.seq <= position
+            )
+            .order_by(c.seq.desc())
+            .limit(1)
+        )
         row = self._c.execute(q).first()
         return 0 if row is None else int(row[0])

@@ -1,0 +1,55 @@
+"""Root test configuration: async tests, the backend matrix, and the CI guard that every
+backend really ran."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backends import BACKENDS, Backend, make_backend, postgres_url
+
+_ran: Counter[str] = Counter()
+
+
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run ``async def`` tests on a fresh event loop (no plugin needed)."""
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        names = pyfuncitem._fixtureinfo.argnames
+        kwargs = {n: pyfuncitem.funcargs[n] for n in names}
+        asyncio.run(pyfuncitem.obj(**kwargs))
+        return True
+    return None
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    name: str = request.param
+    if name == "postgresql" and postgres_url() is None:
+        if os.environ.get("PICO_REQUIRE_ALL_BACKENDS"):
+            pytest.fail("PICO_TEST_POSTGRES_URL is not set but every backend is required")
+        pytest.skip("set PICO_TEST_POSTGRES_URL to run the PostgreSQL contract")
+    _ran[name] += 1
+    return make_backend(name, tmp_path)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("PICO_REQUIRE_ALL_BACKENDS") and session.testscollected:
+        missing = [b for b in BACKENDS if _ran[b] == 0]
+        if missing:
+            print(f"\nERROR: no test ran against backend(s): {', '.join(missing)}")
+            session.exitstatus = 1
+        else:
+            counts = ", ".join(f"{b}={_ran[b]}" for b in BACKENDS)
+            print(f"\nbackend fixtures set up: {counts}")
+
+
+def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "postgresql" in item.name:
+            item.add_marker(pytest.mark.postgres)

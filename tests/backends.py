@@ -1,0 +1,42 @@
+"""Backends every contract runs against, shared by the tests and the BDD step library."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pico
+
+BACKENDS = ["memory", "sqlite", "postgresql"]
+
+
+def postgres_url() -> str | None:
+    return os.environ.get("PICO_TEST_POSTGRES_URL") or None
+
+
+@dataclass
+class Backend:
+    """Where one test's sessions live. ``url`` survives close/reopen within the test."""
+
+    name: str
+    url: str
+    session: str = field(default_factory=lambda: f"t-{uuid.uuid4().hex[:12]}")
+
+    async def open(self, session: str | None = None, **kwargs: object) -> pico.Harness:
+        return await pico.Harness.open(self.url, session=session or self.session, **kwargs)  # type: ignore[arg-type]
+
+
+def make_backend(name: str, tmp_path: Path) -> Backend:
+    if name == "memory":
+        return Backend(name, f"memory://{uuid.uuid4().hex}")
+    if name == "sqlite":
+        return Backend(name, f"sqlite:///{tmp_path / 'pico.db'}")
+    url = postgres_url()
+    assert url is not None
+    return Backend(name, url)
+
+
+Opener = Callable[..., Awaitable[pico.Harness]]
