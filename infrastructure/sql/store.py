@@ -20,6 +20,7 @@ from eventsourcing.persistence import AggregateRecorder, IntegrityError, StoredE
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 
+from pico.domain.errors import StorageCorruptError
 from pico.domain.values import Order, SessionMeta
 from pico.infrastructure.sql import schema as t
 from pico.projections.ops import (
@@ -55,11 +56,20 @@ class SqlDatabase:
         else:
             self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
             self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
-        with self.writer.begin() as conn:
-            if self.dialect == "postgresql":
-                # Serialize concurrent first-time setup across processes.
-                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
-            t.setup(conn)
+        try:
+            with self.writer.begin() as conn:
+                if self.dialect == "postgresql":
+                    # Serialize concurrent first-time setup across processes.
+                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
+                t.setup(conn)
+        except sa.exc.DatabaseError as exc:
+            self.close()
+            if self.dialect == "sqlite" and "not a database" in str(exc.orig):
+                raise StorageCorruptError(
+                    f"{url} is not a SQLite database (or is encrypted or damaged); nothing was "
+                    "changed. Restore it from a backup or point pico at another file"
+                ) from exc
+            raise
 
     def close(self) -> None:
         self.writer.dispose()

@@ -166,8 +166,10 @@ async def test_illegal_context_edits_are_rejected_without_writing(backend: Backe
         (pico.ContextEditError, lambda tx: tx.append_context(c.id, [foreign])),  # foreign
         (pico.UnknownEntryError, lambda tx: tx.append_context(c.id, [head + 100])),
         (pico.StalePrefixError, lambda tx: tx.replace_context_prefix(c.id, unselected, [])),
-        (pico.StalePrefixError,
-         lambda tx: tx.replace_context_prefix(c.id, m[1], [], expected_revision=7)),
+        (
+            pico.StalePrefixError,
+            lambda tx: tx.replace_context_prefix(c.id, m[1], [], expected_revision=7),
+        ),
         (pico.ContextEditError, lambda tx: tx.reset_context(c.id, [m[0], m[0]])),
         (pico.ContextEditError, lambda tx: tx.replace_context_prefix(c.id, m[1], [m[2]])),
         (pico.UnknownConversationError, lambda tx: tx.append_entry(9999999, "user", "x")),

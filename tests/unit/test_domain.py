@@ -1,0 +1,105 @@
+"""Given events -> command -> new events. No I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from pico.domain.conversation import Conversation
+from pico.domain.errors import (
+    CommandRejectedError,
+    ContextEditError,
+    ExchangeSplitError,
+    InvalidJsonError,
+    SequenceExhaustedError,
+)
+from pico.domain.exchange import EntryRef, complete_exchange
+from pico.domain.ids import MAX_SEQ
+from pico.domain.json import dumps, strict_json
+from pico.domain.session import Session
+from pico.projections.ops import AppendContext, PutCommit, PutEntry, project
+
+
+def _conversation_with(ids: list[int]) -> Conversation:
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    for i in ids:
+        conv.append_entry(
+            seq=i, kind="user", content='"x"', metadata=None, key=None, by_task_id=None
+        )
+    conv.append_context(seq=ids[-1] + 1, ids=ids, refs={i: EntryRef(i, 1) for i in ids})
+    conv.collect_events()
+    return conv
+
+
+def test_sequence_exhaustion_rejects_at_the_largest_safe_integer() -> None:
+    session = Session(session_id="s")
+    session.head = MAX_SEQ - 1
+    assert session.next_seq(0) == MAX_SEQ
+    with pytest.raises(SequenceExhaustedError):
+        session.next_seq(1)
+
+
+def test_a_commit_must_follow_the_high_water_mark() -> None:
+    session = Session(session_id="s")
+    session.commit(first=1, last=3)
+    with pytest.raises(CommandRejectedError):
+        session.commit(first=5, last=6)  # a gap in allocation
+    assert session.head == 3 and session.main_head == 3
+
+
+def test_a_rejected_context_edit_emits_no_event_and_changes_nothing() -> None:
+    conv = _conversation_with([2, 3])
+    with pytest.raises(ContextEditError):
+        conv.append_context(seq=9, ids=[3], refs={3: EntryRef(3, 1)})
+    assert conv.collect_events() == []
+    assert conv.context == [2, 3]
+
+
+def test_prefix_replacement_event_carries_what_replay_needs() -> None:
+    conv = _conversation_with([2, 3, 4, 5])
+    conv.append_entry(
+        seq=7, kind="summary", content='"s"', metadata=None, key=None, by_task_id=None
+    )
+    conv.replace_context_prefix(seq=8, through=3, replacement=[7], refs={7: EntryRef(7, 1)})
+    events = conv.collect_events()
+    replaced = events[-1]
+    assert isinstance(replaced, Conversation.ContextPrefixReplaced)
+    assert (replaced.removed, replaced.replacement, replaced.revision) == (2, [7], 1)
+    assert conv.context == [7, 4, 5]
+
+
+def test_complete_exchange_requires_every_call_answered_after_its_call() -> None:
+    refs = {1: EntryRef(1, 1, ("a", "b")), 2: EntryRef(2, 1, (), "b"), 3: EntryRef(3, 1, (), "a")}
+    delta = complete_exchange(1, [1, 2, 3], refs)
+    assert delta.calls == {"1": ["a", "b"]} and delta.answers == {"2": "b", "3": "a"}
+    with pytest.raises(ExchangeSplitError):
+        complete_exchange(1, [1, 2], refs)
+    with pytest.raises(ExchangeSplitError):
+        complete_exchange(1, [2, 1, 3], refs)
+
+
+def test_projector_orders_by_sequence_and_stamps_the_commit_end() -> None:
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    conv.collect_events()
+    conv.append_entry(seq=5, kind="user", content='"x"', metadata=None, key="k", by_task_id=None)
+    conv.append_context(seq=6, ids=[5], refs={5: EntryRef(5, 1)})
+    session = Session(session_id="s")
+    session.head = 4
+    session.collect_events()
+    session.commit(first=5, last=6)
+    events = [*session.collect_events(), *conv.collect_events()]  # session first on purpose
+    ops = project(events)
+    assert [type(o) for o in ops] == [PutEntry, AppendContext, PutCommit]
+    entry = ops[0]
+    assert isinstance(entry, PutEntry) and entry.commit_end == 6 and entry.key == "k"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {1: 2}, (1,), {"a": b"x"}, {3}])
+def test_strict_json_rejects_what_is_not_json(bad: object) -> None:
+    with pytest.raises(InvalidJsonError):
+        dumps(bad)
+
+
+def test_strict_json_copies() -> None:
+    value = {"a": [1, {"b": None}]}
+    copy = strict_json(value)
+    assert copy == value and copy is not value
