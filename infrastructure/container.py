@@ -6,11 +6,13 @@ package); embedders who want to swap a piece override a provider instead.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dependency_injector import containers, providers
 
 from pico.application.ports import Storage
+from pico.domain.errors import UnknownSessionError
 from pico.infrastructure.memory import MemoryRecorder, named_database
 from pico.infrastructure.settings import PicoSettings
 from pico.infrastructure.sql import schema
@@ -58,6 +60,10 @@ def build_storage(settings: PicoSettings) -> Storage:
             snapshots=MemoryRecorder(mdb, snapshots=True),
             read_store=mdb.read_store(sid),
         )
+    if settings.read_only and url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if not path.exists():
+            raise UnknownSessionError(f"{sid} (no database file at {path})")
     db, release = _open_sql(_sql_url(url), settings.durability)
     return EventSourcedStorage(
         sid,

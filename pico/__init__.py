@@ -30,6 +30,7 @@ from pico.domain.errors import (
     UnknownEntryError,
     UnknownSessionError,
 )
+from pico.domain.json import JsonObject, JsonValue
 from pico.domain.values import (
     CommitBoundary,
     ConversationSnapshot,
@@ -60,6 +61,8 @@ __all__ = [
     "Harness",
     "InvalidJsonError",
     "InvalidPositionError",
+    "JsonObject",
+    "JsonValue",
     "Page",
     "PersistenceUncertainError",
     "PicoError",

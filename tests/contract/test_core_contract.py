@@ -100,12 +100,12 @@ async def test_invalid_json_is_rejected_and_nothing_is_written(backend: Backend)
 async def test_returned_content_cannot_mutate_stored_content(backend: Backend) -> None:
     h = await backend.open()
     c = await h.root()
-    payload = {"text": "original", "parts": [1, 2]}
+    payload: dict[str, pico.JsonValue] = {"text": "original", "parts": [1, 2]}
     entry_id = await c.append("user", payload)
     payload["text"] = "mutated by caller"
     got = await h.entry(entry_id)
     assert got is not None and isinstance(got.content, dict)
-    got.content["parts"] = "mutated by reader"  # type: ignore[index]
+    got.content["parts"] = "mutated by reader"
     again = await h.entry(entry_id)
     assert again is not None and again.content == {"text": "original", "parts": [1, 2]}
     await h.close()

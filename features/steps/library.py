@@ -1,0 +1,288 @@
+"""The reusable step library: domain words -> public API calls.
+
+Names in quotes are aliases a scenario gives to conversations, entries and positions;
+the world maps them to the ids the session allocated. Steps never touch the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pytest_bdd import given, parsers, then, when
+
+import pico
+from tests.backends import Backend
+
+
+@dataclass
+class World:
+    backend: Backend
+    runner: asyncio.Runner
+    harness: pico.Harness | None = None
+    names: dict[str, int] = field(default_factory=dict)
+    positions: dict[str, int] = field(default_factory=dict)
+    error: Exception | None = None
+    head_before: int | None = None
+    others: list[pico.Harness] = field(default_factory=list)
+
+    def run(self, coro: Any) -> Any:
+        return self.runner.run(coro)
+
+    @property
+    def h(self) -> pico.Harness:
+        assert self.harness is not None, "the scenario has no open session"
+        return self.harness
+
+    def conv(self, name: str) -> pico.ConversationHandle:
+        return pico.ConversationHandle(self.h, self.names[name])
+
+    def id(self, name: str) -> int:
+        if name not in self.names:
+            raise AssertionError(f"no entry or conversation is called {name!r} in this scenario")
+        return self.names[name]
+
+    def ids(self, text: str) -> list[int]:
+        return [self.id(n.strip()) for n in text.split(",") if n.strip()]
+
+    def alias(self, ident: int) -> str:
+        for name, value in self.names.items():
+            if value == ident:
+                return name
+        return str(ident)
+
+    def attempt(self, coro: Any) -> None:
+        """Run a command that may be rejected; remember the rejection for a Then step."""
+        self.head_before = self.h.head()
+        self.error = None
+        try:
+            self.run(coro)
+        except pico.PicoError as exc:
+            self.error = exc
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+# ------------------------------------------------------------------ Given
+
+
+@given(parsers.parse('a session with conversation "{name}"'), target_fixture="world")
+def a_session(world: World, name: str) -> World:
+    world.harness = world.run(world.backend.open())
+    world.names[name] = world.run(world.h.root()).id
+    return world
+
+
+@given(parsers.parse('"{conv}" has the messages "{names}"'))
+@when(parsers.parse('"{conv}" receives the messages "{names}"'))
+def has_messages(world: World, conv: str, names: str) -> None:
+    """Each message is appended and selected in its own command; users and assistants
+    alternate."""
+    for i, name in enumerate(_names(names)):
+        kind = "user" if i % 2 == 0 else "assistant"
+        world.names[name] = world.run(world.conv(conv).append(kind, f"{name}"))
+
+
+@given(parsers.parse('"{conv}" has the note "{name}" that is not in context'))
+def has_note(world: World, conv: str, name: str) -> None:
+    world.names[name] = world.run(world.conv(conv).append("note", name, select=False))
+
+
+@given(parsers.parse('"{conv}" has an assistant message "{name}" calling tools "{calls}"'))
+@when(parsers.parse('"{conv}" receives an assistant message "{name}" calling tools "{calls}"'))
+def calls_tools(world: World, conv: str, name: str, calls: str) -> None:
+    meta: dict[str, Any] = {"tool_calls": list(_names(calls))}
+    world.names[name] = world.run(world.conv(conv).append("assistant", name, metadata=meta))
+
+
+@given(parsers.parse('"{conv}" has the tool result "{name}" for call "{call}"'))
+@when(parsers.parse('"{conv}" receives the tool result "{name}" for call "{call}"'))
+def tool_result(world: World, conv: str, name: str, call: str) -> None:
+    meta: dict[str, Any] = {"tool_call_id": call}
+    world.names[name] = world.run(world.conv(conv).append("tool", name, metadata=meta))
+
+
+@given(parsers.parse('the current position is remembered as "{name}"'))
+@when(parsers.parse('the current position is remembered as "{name}"'))
+def remember_position(world: World, name: str) -> None:
+    world.positions[name] = world.h.main_head()
+
+
+# ------------------------------------------------------------------ When
+
+
+@when(parsers.parse('"{conv}" is compacted through "{through}" with summary "{summary}"'))
+def compacted(world: World, conv: str, through: str, summary: str) -> None:
+    world.names[summary] = world.run(world.conv(conv).compact(summary, through=world.id(through)))
+
+
+@when(parsers.parse('"{conv}" hands off with "{name}"'))
+def hands_off(world: World, conv: str, name: str) -> None:
+    world.names[name] = world.run(world.conv(conv).handoff(name))
+
+
+@when(parsers.parse('the context of "{conv}" is reset to nothing'))
+def reset_empty(world: World, conv: str) -> None:
+    world.run(world.conv(conv).reset_context([]))
+
+
+@when(parsers.parse('"{new}" is forked from "{source}" at entry "{entry}"'))
+def fork_at_entry(world: World, new: str, source: str, entry: str) -> None:
+    world.names[new] = world.run(world.conv(source).fork(at_entry=world.id(entry))).id
+
+
+@when(parsers.parse('"{new}" is forked from "{source}" at position "{position}"'))
+def fork_at_position(world: World, new: str, source: str, position: str) -> None:
+    world.names[new] = world.run(world.conv(source).fork(as_of=world.positions[position])).id
+
+
+@when(parsers.parse('one command appends "{names}" to "{conv}" and selects them'))
+def one_command(world: World, conv: str, names: str) -> None:
+    cid = world.id(conv)
+    wanted = _names(names)
+
+    def build(tx: pico.Command) -> list[int]:
+        ids = [tx.append_entry(cid, "user", n) for n in wanted]
+        tx.append_context(cid, ids)
+        return ids
+
+    for name, ident in zip(wanted, world.run(world.h.command(build)), strict=True):
+        world.names[name] = ident
+
+
+@when(parsers.parse('a command that appends "{name}" to "{conv}" fails'))
+def failing_command(world: World, name: str, conv: str) -> None:
+    cid = world.id(conv)
+
+    def build(tx: pico.Command) -> None:
+        tx.append_entry(cid, "user", name)
+        raise RuntimeError("the builder gave up")
+
+    world.head_before = world.h.head()
+    with pytest.raises(RuntimeError):
+        world.run(world.h.command(build))
+
+
+@when(parsers.parse('"{conv}" tries to select "{names}"'))
+def try_select(world: World, conv: str, names: str) -> None:
+    world.attempt(world.conv(conv).append_context(world.ids(names)))
+
+
+@when(parsers.parse('"{conv}" tries to compact through "{through}"'))
+def try_compact(world: World, conv: str, through: str) -> None:
+    world.attempt(world.conv(conv).compact("summary", through=world.id(through)))
+
+
+@when(parsers.parse('"{conv}" tries to reset its context to "{names}"'))
+def try_reset(world: World, conv: str, names: str) -> None:
+    world.attempt(world.conv(conv).reset_context(world.ids(names)))
+
+
+@when(parsers.parse('"{new}" tries to fork from "{source}" at entry "{entry}"'))
+def try_fork_entry(world: World, new: str, source: str, entry: str) -> None:
+    world.attempt(world.conv(source).fork(at_entry=world.id(entry)))
+
+
+@when(parsers.parse('a fork of "{source}" is attempted at the sequence number of "{entry}"'))
+def try_fork_inside(world: World, source: str, entry: str) -> None:
+    world.attempt(world.conv(source).fork(as_of=world.id(entry)))
+
+
+@when("a second owner opens the session")
+def second_owner(world: World) -> None:
+    world.others.append(world.run(world.backend.open()))
+
+
+@when(parsers.parse('the first owner tries to append "{name}" to "{conv}"'))
+def first_owner_appends(world: World, name: str, conv: str) -> None:
+    world.attempt(world.conv(conv).append("user", name))
+
+
+@when("the session is closed and opened again")
+def reopen(world: World) -> None:
+    world.run(world.h.close())
+    world.harness = world.run(world.backend.open())
+
+
+# ------------------------------------------------------------------ Then
+
+
+def _show(world: World, ids: Any) -> str:
+    return ", ".join(world.alias(i) for i in ids) or "nothing"
+
+
+@then(parsers.parse('the transcript of "{conv}" is "{names}"'))
+def transcript_is(world: World, conv: str, names: str) -> None:
+    page = world.run(world.conv(conv).entries(limit=1000))
+    assert _show(world, [e.id for e in page.items]) == ", ".join(_names(names))
+
+
+@then(parsers.parse('the context of "{conv}" is "{names}"'))
+def context_is(world: World, conv: str, names: str) -> None:
+    snap = world.run(world.conv(conv).snapshot())
+    assert _show(world, snap.context) == ", ".join(_names(names))
+
+
+@then(parsers.parse('the context of "{conv}" is empty'))
+def context_empty(world: World, conv: str) -> None:
+    assert world.run(world.conv(conv).snapshot()).context == ()
+
+
+@then(parsers.parse('the context of "{conv}" at position "{position}" was "{names}"'))
+def context_was(world: World, conv: str, position: str, names: str) -> None:
+    ctx = world.run(world.conv(conv).context_as_of(world.positions[position]))
+    assert _show(world, ctx) == ", ".join(_names(names))
+
+
+@then(parsers.parse('entries "{names}" still belong to "{conv}"'))
+def entries_belong(world: World, names: str, conv: str) -> None:
+    found = world.run(world.h.get_entries(world.ids(names)))
+    assert {e.conversation_id for e in found.values()} == {world.id(conv)}
+
+
+@then(parsers.parse('"{a}" and "{b}" start from the same snapshot'))
+def same_snapshot(world: World, a: str, b: str) -> None:
+    sa_, sb = world.run(world.conv(a).snapshot()), world.run(world.conv(b).snapshot())
+    assert sa_.context == sb.context and sa_.source == sb.source
+
+
+@then(parsers.parse('"{fork}" was forked from "{source}" after the commit of "{entry}"'))
+def forked_after_commit(world: World, fork: str, source: str, entry: str) -> None:
+    snap = world.run(world.conv(fork).snapshot())
+    found = world.run(world.h.entry(world.id(entry)))
+    assert snap.source == pico.Source(world.id(source), found.commit_end)
+
+
+@then(parsers.parse('"{later}" is numbered right after "{earlier}"'))
+def numbered_after(world: World, later: str, earlier: str) -> None:
+    assert world.id(later) == world.id(earlier) + 1
+
+
+@then(parsers.parse('the commit of "{entry}" ends at {offset:d} after "{other}"'))
+def commit_ends(world: World, entry: str, offset: int, other: str) -> None:
+    found = world.run(world.h.entry(world.id(entry)))
+    assert found.commit_end == world.id(other) + offset
+
+
+@then(parsers.parse('"{later}" is numbered right after the commit of "{entry}"'))
+def after_commit(world: World, later: str, entry: str) -> None:
+    found = world.run(world.h.entry(world.id(entry)))
+    assert world.id(later) == found.commit_end + 1
+
+
+@then(parsers.parse("it is rejected as {error}"))
+def rejected_as(world: World, error: str) -> None:
+    assert world.error is not None, "the command was accepted"
+    expected = getattr(pico, error.strip())
+    assert isinstance(world.error, expected), repr(world.error)
+
+
+@then("nothing was written")
+def nothing_written(world: World) -> None:
+    assert world.head_before is not None
+    current = world.others[-1] if world.others else world.h  # the newest owner
+    assert current.head() == world.head_before

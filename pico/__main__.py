@@ -1,0 +1,5 @@
+import sys
+
+from pico.infrastructure.cli import main
+
+sys.exit(main())
