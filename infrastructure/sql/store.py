@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -71,10 +71,69 @@ class SqlDatabase:
                 ) from exc
             raise
 
+    def raw_writer(self) -> RawWriter:
+        return RawWriter(self)
+
     def close(self) -> None:
         self.writer.dispose()
         if self.reader is not self.writer:
             self.reader.dispose()
+
+
+class RawWriter:
+    """One DBAPI connection for a session's writes, with explicit transactions."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self.db = db
+        self._fairy: Any = None
+        self.sqlite = db.dialect == "sqlite"
+        self._integrity: type[Exception] = db.writer.dialect.loaded_dbapi.IntegrityError
+        self._cache: dict[str, str] = {}
+
+    def sql(self, statement: str) -> str:
+        """Our statements use qmark placeholders; psycopg wants %s."""
+        if self.sqlite:
+            return statement
+        out = self._cache.get(statement)
+        if out is None:
+            out = self._cache[statement] = statement.replace("?", "%s")
+        return out
+
+    def transaction(self, work: Callable[[Any], None]) -> None:
+        if self._fairy is None:
+            self._fairy = self.db.writer.raw_connection()
+        conn = self._fairy.driver_connection
+        cur = conn.cursor()
+        try:
+            if self.sqlite:
+                cur.execute("BEGIN IMMEDIATE")
+            work(cur)
+            if self.sqlite:
+                cur.execute("COMMIT")
+            else:
+                conn.commit()
+        except BaseException as exc:
+            try:
+                if self.sqlite:
+                    if conn.in_transaction:
+                        cur.execute("ROLLBACK")
+                else:
+                    conn.rollback()
+            except Exception:  # the connection is gone: drop it, the caller faults
+                self.close()
+            if isinstance(exc, self._integrity):
+                raise IntegrityError(str(exc)) from exc
+            raise
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        if self._fairy is not None:
+            fairy, self._fairy = self._fairy, None
+            try:
+                fairy.close()
+            except Exception:
+                fairy.invalidate()
 
 
 def _sqlite_pragmas(engine: Engine, synchronous: str, *, begin: str) -> None:
@@ -94,38 +153,43 @@ def _sqlite_pragmas(engine: Engine, synchronous: str, *, begin: str) -> None:
 
 
 class SqlRecorder(AggregateRecorder):
-    """An eventsourcing recorder whose inserts also apply read-model row ops."""
+    """An eventsourcing recorder whose inserts also apply read-model row ops.
+
+    The write path is fixed-shape and hot, so it runs precompiled statements on one held
+    DBAPI connection (the session has one writer); reads use SQLAlchemy Core.
+    """
 
     def __init__(self, db: SqlDatabase, *, table: sa.Table = t.events) -> None:
         self.db = db
         self.table = table
         self.is_events = table is t.events
+        self._writer = db.raw_writer()
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
         session_id: str = kwargs.get("session_id", "")
         ops: Sequence[RowOp] = kwargs.get("ops", ())
-        rows = [
-            {
-                "originator_id": _hex(e.originator_id),
-                "originator_version": e.originator_version,
-                "topic": e.topic,
-                "state": e.state,
-            }
-            for e in stored_events
-        ]
         if self.is_events:
-            for r in rows:
-                r["session_id"] = session_id
-        try:
-            with self.db.writer.begin() as conn:
-                if rows:
-                    conn.execute(self.table.insert(), rows)
-                if ops:
-                    SqlProjectionWriter(conn, session_id).apply(ops)
-        except sa.exc.IntegrityError as exc:
-            raise IntegrityError(str(exc.orig)) from exc
+            sql = self._writer.sql(_INSERT_EVENT)
+            rows: list[tuple[Any, ...]] = [
+                (session_id, _hex(e.originator_id), e.originator_version, e.topic, e.state)
+                for e in stored_events
+            ]
+        else:
+            sql = self._writer.sql(_INSERT_SNAPSHOT)
+            rows = [
+                (_hex(e.originator_id), e.originator_version, e.topic, e.state)
+                for e in stored_events
+            ]
+
+        def write(cur: Any) -> None:
+            if rows:
+                cur.executemany(sql, rows)
+            if ops:
+                SqlProjectionWriter(cur, self._writer.sql, session_id).apply(ops)
+
+        self._writer.transaction(write)
         return None
 
     def select_events(
@@ -166,36 +230,91 @@ class SqlRecorder(AggregateRecorder):
                 (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
             ]
 
+    def close(self) -> None:
+        self._writer.close()
+
 
 def _hex(value: UUID | str) -> str:
     return value.hex if isinstance(value, UUID) else UUID(value).hex
+
+
+_INSERT_EVENT = (
+    "INSERT INTO pico_events (session_id, originator_id, originator_version, "
+    "topic, state) VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_SNAPSHOT = (
+    "INSERT INTO pico_snapshots (originator_id, originator_version, topic, "
+    "state) VALUES (?, ?, ?, ?)"
+)
+_INSERT_ENTRY = (
+    "INSERT INTO pico_entries (session_id, id, conversation_id, kind, key, "
+    "content, metadata, by_task_id, commit_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_EDIT = (
+    "INSERT INTO pico_context_edits (session_id, conversation_id, seq, op, base, "
+    "ids, removed, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_ELEMENT = (
+    "INSERT INTO pico_context_elements (session_id, conversation_id, position, "
+    "entry_id) VALUES (?, ?, ?, ?)"
+)
+_LAST_POSITION = (
+    "SELECT max(position) FROM pico_context_elements WHERE session_id = ? AND conversation_id = ?"
+)
+_PIVOT = (
+    "SELECT position FROM pico_context_elements WHERE session_id = ? AND "
+    "conversation_id = ? ORDER BY position LIMIT 1 OFFSET ?"
+)
+_DELETE_THROUGH = (
+    "DELETE FROM pico_context_elements WHERE session_id = ? AND "
+    "conversation_id = ? AND position <= ?"
+)
+_DELETE_CONTEXT = "DELETE FROM pico_context_elements WHERE session_id = ? AND conversation_id = ?"
+_INSERT_COMMIT = "INSERT INTO pico_commits (session_id, last, first, scope) VALUES (?, ?, ?, ?)"
+_HEAD_MAIN = "UPDATE pico_sessions SET head = ?, main_head = ? WHERE session_id = ?"
+_HEAD = "UPDATE pico_sessions SET head = ? WHERE session_id = ?"
+_INSERT_SESSION = "INSERT INTO pico_sessions (session_id, head, main_head) VALUES (?, 0, 0)"
+_OWNER = "UPDATE pico_sessions SET owner = ? WHERE session_id = ?"
+_ROOT = "UPDATE pico_sessions SET root_id = ? WHERE session_id = ?"
+_INSERT_CONVERSATION = (
+    "INSERT INTO pico_conversations (session_id, id, created_seq, source_conversation_id, "
+    "source_as_of, inherit_state, owner_task_id, prefix_revision, deleted_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL)"
+)
+_REVISION = "UPDATE pico_conversations SET prefix_revision = ? WHERE session_id = ? AND id = ?"
+_DELETED = "UPDATE pico_conversations SET deleted_seq = ? WHERE session_id = ? AND id = ?"
 
 
 class SqlProjectionWriter:
     """Applies row ops inside the events' transaction. Touches only the rows a commit
     changes: no transcript or context rewrite per append."""
 
-    def __init__(self, conn: Connection, session_id: str) -> None:
-        self.conn = conn
+    def __init__(self, cur: Any, sql: Callable[[str], str], session_id: str) -> None:
+        self.cur = cur
+        self.q = sql
         self.sid = session_id
 
+    def _x(self, statement: str, params: tuple[Any, ...]) -> None:
+        self.cur.execute(self.q(statement), params)
+
     def apply(self, ops: Sequence[RowOp]) -> None:
-        entries: list[dict[str, Any]] = []
-        edits: list[dict[str, Any]] = []
+        sid = self.sid
+        entries: list[tuple[Any, ...]] = []
+        edits: list[tuple[Any, ...]] = []
         for op in ops:
             if isinstance(op, PutEntry):
                 entries.append(
-                    {
-                        "session_id": self.sid,
-                        "id": op.entry_id,
-                        "conversation_id": op.conversation_id,
-                        "kind": op.kind,
-                        "key": op.key,
-                        "content": op.content,
-                        "metadata": op.metadata,
-                        "by_task_id": op.by_task_id,
-                        "commit_end": op.commit_end,
-                    }
+                    (
+                        sid,
+                        op.entry_id,
+                        op.conversation_id,
+                        op.kind,
+                        op.key,
+                        op.content,
+                        op.metadata,
+                        op.by_task_id,
+                        op.commit_end,
+                    )
                 )
             elif isinstance(op, AppendContext):
                 self._append_elements(op.conversation_id, op.ids)
@@ -203,12 +322,27 @@ class SqlProjectionWriter:
                     self._edit(op.conversation_id, op.seq, "append", op.ids, 0, op.revision)
                 )
             elif isinstance(op, PutCommit):
-                self._commit(op)
+                self._x(_INSERT_COMMIT, (sid, op.last, op.first, op.scope))
+                if op.scope == "main":
+                    self._x(_HEAD_MAIN, (op.last, op.last, sid))
+                else:
+                    self._x(_HEAD, (op.last, sid))
             elif isinstance(op, CreateConversation):
-                self._create(op)
-                edits.append(
-                    self._edit(op.conversation_id, op.conversation_id, "create", op.context, 0, 0)
+                cid = op.conversation_id
+                self._x(
+                    _INSERT_CONVERSATION,
+                    (
+                        sid,
+                        cid,
+                        cid,
+                        op.source_conversation_id,
+                        op.source_as_of,
+                        op.inherit_state,
+                        op.owner_task_id,
+                    ),
                 )
+                self._insert_elements(cid, 0, op.context)
+                edits.append(self._edit(cid, cid, "create", op.context, 0, 0))
             elif isinstance(op, ReplacePrefix):
                 self._replace(op)
                 edits.append(
@@ -222,129 +356,58 @@ class SqlProjectionWriter:
                     )
                 )
             elif isinstance(op, ResetContext):
-                self._reset(op)
+                self._x(_DELETE_CONTEXT, (sid, op.conversation_id))
+                self._insert_elements(op.conversation_id, 0, op.ids)
+                self._x(_REVISION, (op.revision, sid, op.conversation_id))
                 edits.append(
                     self._edit(op.conversation_id, op.seq, "reset", op.ids, 0, op.revision)
                 )
             elif isinstance(op, DeleteConversation):
-                self._update_conv(op.conversation_id, deleted_seq=op.seq)
+                self._x(_DELETED, (op.seq, sid, op.conversation_id))
             elif isinstance(op, PutSession):
-                self.conn.execute(
-                    t.sessions.insert().values(session_id=self.sid, head=0, main_head=0)
-                )
+                self._x(_INSERT_SESSION, (sid,))
             elif isinstance(op, PutClaim):
-                self._update_session(owner=op.owner)
+                self._x(_OWNER, (op.owner, sid))
             elif isinstance(op, PutRoot):
-                self._update_session(root_id=op.conversation_id)
+                self._x(_ROOT, (op.conversation_id, sid))
         if entries:
-            self.conn.execute(t.entries.insert(), entries)
+            self.cur.executemany(self.q(_INSERT_ENTRY), entries)
         if edits:
-            self.conn.execute(t.context_edits.insert(), edits)
+            self.cur.executemany(self.q(_INSERT_EDIT), edits)
 
     def _edit(
         self, cid: int, seq: int, op: str, ids: Sequence[int], removed: int, revision: int
-    ) -> dict[str, Any]:
-        return {
-            "session_id": self.sid,
-            "conversation_id": cid,
-            "seq": seq,
-            "op": op,
-            "base": op in ("create", "reset"),
-            "ids": json.dumps(list(ids)),
-            "removed": removed,
-            "revision": revision,
-        }
-
-    def _update_session(self, **values: Any) -> None:
-        self.conn.execute(
-            t.sessions.update().where(t.sessions.c.session_id == self.sid).values(**values)
+    ) -> tuple[Any, ...]:
+        return (
+            self.sid,
+            cid,
+            seq,
+            op,
+            op in ("create", "reset"),
+            json.dumps(list(ids)),
+            removed,
+            revision,
         )
-
-    def _update_conv(self, cid: int, **values: Any) -> None:
-        c = t.conversations.c
-        self.conn.execute(
-            t.conversations.update().where(c.session_id == self.sid, c.id == cid).values(**values)
-        )
-
-    def _commit(self, op: PutCommit) -> None:
-        self.conn.execute(
-            t.commits.insert().values(
-                session_id=self.sid, last=op.last, first=op.first, scope=op.scope
-            )
-        )
-        values: dict[str, Any] = {"head": op.last}
-        if op.scope == "main":
-            values["main_head"] = op.last
-        self._update_session(**values)
-
-    def _create(self, op: CreateConversation) -> None:
-        self.conn.execute(
-            t.conversations.insert().values(
-                session_id=self.sid,
-                id=op.conversation_id,
-                created_seq=op.conversation_id,
-                source_conversation_id=op.source_conversation_id,
-                source_as_of=op.source_as_of,
-                inherit_state=op.inherit_state,
-                owner_task_id=op.owner_task_id,
-                prefix_revision=0,
-                deleted_seq=None,
-            )
-        )
-        self._insert_elements(op.conversation_id, 0, op.context)
 
     def _insert_elements(self, cid: int, start: int, ids: Sequence[int]) -> None:
         if ids:
-            self.conn.execute(
-                t.context_elements.insert(),
-                [
-                    {
-                        "session_id": self.sid,
-                        "conversation_id": cid,
-                        "position": start + i,
-                        "entry_id": e,
-                    }
-                    for i, e in enumerate(ids)
-                ],
+            self.cur.executemany(
+                self.q(_INSERT_ELEMENT), [(self.sid, cid, start + i, e) for i, e in enumerate(ids)]
             )
 
     def _append_elements(self, cid: int, ids: Sequence[int]) -> None:
-        c = t.context_elements.c
-        last = self.conn.execute(
-            sa.select(sa.func.max(c.position)).where(
-                c.session_id == self.sid, c.conversation_id == cid
-            )
-        ).scalar()
+        self._x(_LAST_POSITION, (self.sid, cid))
+        last = self.cur.fetchone()[0]
         self._insert_elements(cid, 0 if last is None else last + 1, ids)
 
     def _replace(self, op: ReplacePrefix) -> None:
-        c = t.context_elements.c
         cid = op.conversation_id
         # The position of the last replaced element; the retained suffix is not rewritten.
-        pivot = self.conn.execute(
-            sa.select(c.position)
-            .where(c.session_id == self.sid, c.conversation_id == cid)
-            .order_by(c.position)
-            .offset(op.removed - 1)
-            .limit(1)
-        ).scalar_one()
-        self.conn.execute(
-            t.context_elements.delete().where(
-                c.session_id == self.sid, c.conversation_id == cid, c.position <= pivot
-            )
-        )
+        self._x(_PIVOT, (self.sid, cid, op.removed - 1))
+        pivot = self.cur.fetchone()[0]
+        self._x(_DELETE_THROUGH, (self.sid, cid, pivot))
         self._insert_elements(cid, pivot - len(op.replacement) + 1, op.replacement)
-        self._update_conv(cid, prefix_revision=op.revision)
-
-    def _reset(self, op: ResetContext) -> None:
-        c = t.context_elements.c
-        self.conn.execute(
-            t.context_elements.delete().where(
-                c.session_id == self.sid, c.conversation_id == op.conversation_id
-            )
-        )
-        self._insert_elements(op.conversation_id, 0, op.ids)
-        self._update_conv(op.conversation_id, prefix_revision=op.revision)
+        self._x(_REVISION, (op.revision, self.sid, cid))
 
 
 class SqlReadStore:
