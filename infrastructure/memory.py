@@ -75,6 +75,9 @@ class MemoryRecorder(AggregateRecorder):
                     pending[oid] = e.originator_version
             for e in stored_events:
                 oid = UUID(str(e.originator_id))
+                if not self.is_events:  # only the newest snapshot is ever read
+                    self.streams[oid] = [e]
+                    continue
                 self.streams.setdefault(oid, []).append(e)
                 if self.is_events:
                     self.db.log.setdefault(session_id, []).append(e)

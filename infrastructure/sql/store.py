@@ -186,6 +186,10 @@ class SqlRecorder(AggregateRecorder):
         def write(cur: Any) -> None:
             if rows:
                 cur.executemany(sql, rows)
+            if not self.is_events:
+                # Only the newest snapshot is ever read: older ones would grow storage with
+                # every snapshot interval (a context can be long), so replace them.
+                cur.executemany(self._writer.sql(_PRUNE_SNAPSHOTS), [(r[0], r[1]) for r in rows])
             if ops:
                 SqlProjectionWriter(cur, self._writer.sql, session_id).apply(ops)
 
@@ -246,6 +250,7 @@ _INSERT_SNAPSHOT = (
     "INSERT INTO pico_snapshots (originator_id, originator_version, topic, "
     "state) VALUES (?, ?, ?, ?)"
 )
+_PRUNE_SNAPSHOTS = "DELETE FROM pico_snapshots WHERE originator_id = ? AND originator_version < ?"
 _INSERT_ENTRY = (
     "INSERT INTO pico_entries (session_id, id, conversation_id, kind, key, "
     "content, metadata, by_task_id, commit_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"

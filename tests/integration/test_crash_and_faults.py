@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from eventsourcing.domain import Aggregate
 
 import pico
+from pico.domain.ids import conversation_uuid
 from pico.infrastructure.container import open_storage
 from tests.backends import Backend
 
@@ -170,3 +171,26 @@ async def test_sqlite_durability_is_an_explicit_option(
 def test_settings_reject_an_unknown_storage_url() -> None:
     with pytest.raises(ValueError, match="unsupported storage URL"):
         pico.PicoSettings(storage_url="mysql://nope")
+
+
+async def test_only_the_newest_snapshot_is_kept_and_reload_uses_it(backend: Backend) -> None:
+    from pico.infrastructure.storage import SNAPSHOT_INTERVAL
+
+    h = await backend.open()
+    c = await h.root()
+    for i in range(SNAPSHOT_INTERVAL + 30):  # two events per append: >2 snapshot intervals
+        await c.append("user", f"m{i}")
+    storage: Any = h._line.storage
+    conv_id = conversation_uuid(backend.session, c.id)
+    snaps = list(storage.snapshots.recorder.select_events(conv_id))
+    assert len(snaps) == 1 and snaps[0].originator_version >= 2 * SNAPSHOT_INTERVAL
+    context = (await c.snapshot()).context
+    await h.close()
+    # Check: the reloaded aggregate (snapshot + tail events) validates like the original.
+    h2 = await backend.open()
+    c2 = await h2.root()
+    with pytest.raises(pico.ContextEditError):
+        await c2.append_context([context[-1]])
+    nxt = await c2.append("user", "after reload")
+    assert (await c2.snapshot()).context == (*context, nxt)
+    await h2.close()
