@@ -8,38 +8,77 @@ persists the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from pico.application.state import (
+    Address,
+    ConversationValue,
+    SessionValue,
+    WorkingList,
+    WorkingScope,
+    WorkingValue,
+    scope_of,
+)
 from pico.domain.conversation import Conversation
 from pico.domain.errors import (
+    AddressPolicyError,
     CommandRejectedError,
     ExchangeSplitError,
     InvalidPositionError,
+    RequestKeyConflictError,
     UnknownConversationError,
     UnknownEntryError,
+    WorkingScopeError,
 )
 from pico.domain.exchange import EntryRef
-from pico.domain.json import JsonValue, dumps
-from pico.domain.values import ConversationSnapshot, Entry, Order, Page
+from pico.domain.json import JsonValue, dumps, loads
+from pico.domain.session import Session
+from pico.domain.state import (
+    REQUEST_INPUT_NAMESPACE,
+    SESSION_SCOPE,
+    StateWrite,
+    check_namespace,
+    conversation_scope,
+)
+from pico.domain.values import (
+    ConversationSnapshot,
+    Entry,
+    ListElement,
+    Order,
+    Page,
+    StoredValue,
+    ValuePage,
+)
 
 if TYPE_CHECKING:
     from pico.application.line import CommandLine
 
-__all__ = ["Command", "ConversationCommand"]
+__all__ = ["Command", "ConversationCommand", "WorkingCommand"]
+
+T = TypeVar("T")
 
 
 class Command:
     """The mutation vocabulary of §7.4 plus read-only committed queries."""
 
-    def __init__(self, line: CommandLine) -> None:
+    def __init__(self, line: CommandLine, *, working: WorkingScope | None = None) -> None:
         self._line = line
         self._reads = line.storage.reads
+        self._state = line.storage.state
         self._allocated = 0
         self._first: int | None = None
         self._entries: dict[int, EntryRef] = {}
         self.touched: dict[int, Conversation] = {}
         self._sealed = False
+        self.working = working
+        self.working_writes: list[StateWrite] = []
+        # Session mutations are applied to the Session aggregate only at persist time, so a
+        # failed builder leaves its version (the writer fence) untouched.
+        self.session_ops: list[Callable[[Session], None]] = []
+        self._policies: dict[tuple[str, str, str, str], bool] = {}
+        self._request_keys: dict[str, str] = {}
+        self._core = False
 
     # ------------------------------------------------------------------ bookkeeping
     @property
@@ -66,6 +105,13 @@ class Command:
 
     def _peek(self) -> int:
         return self._line.session.next_seq(self._allocated)
+
+    def _main_only(self, what: str) -> None:
+        if self.working is not None:
+            raise WorkingScopeError(
+                f"{what} is a main mutation; this command writes only working scope "
+                f"{self.working.name!r}. Use a separate main command"
+            )
 
     def _conversation(self, conversation_id: int) -> Conversation:
         conv = self.touched.get(conversation_id)
@@ -129,6 +175,7 @@ class Command:
     # ------------------------------------------------------------------ mutations
     def create_conversation(self, *, owner_task_id: int | None = None) -> int:
         """Create an empty conversation; returns its id."""
+        self._main_only("create_conversation")
         seq = self._peek()
         conv = Conversation.start(
             session_id=self._line.session_id,
@@ -139,8 +186,23 @@ class Command:
         self.touched[seq] = conv
         return seq
 
-    def fork(self, source_id: int, *, at_entry: int | None = None, as_of: int | None = None) -> int:
-        """Create a historical fork of ``source_id`` after a complete main commit (§3.3)."""
+    def fork(
+        self,
+        source_id: int,
+        *,
+        at_entry: int | None = None,
+        as_of: int | None = None,
+        sticky: Sequence[ConversationValue[Any]] = (),
+        inherit_state: bool = True,
+    ) -> int:
+        """Create a historical fork of ``source_id`` after a complete main commit (§3.3).
+
+        Rewindable conversation state is inherited through the boundary without copying
+        (unless ``inherit_state=False``); ``sticky`` selects sticky conversation values whose
+        CURRENT source values are copied into the fork; session state is shared and working
+        state is never inherited (§4.3).
+        """
+        self._main_only("fork")
         if (at_entry is None) == (as_of is None):
             raise InvalidPositionError("fork needs exactly one of at_entry= or as_of=")
         src = self._reads.get_conversations([source_id]).get(source_id)
@@ -188,7 +250,7 @@ class Command:
                 conversation_id=seq,
                 source=(fork_of, position),
                 source_lineage=[list(p) for p in chain],
-                inherit_state=True,
+                inherit_state=inherit_state,
                 context=context,
                 refs=refs,
             )
@@ -196,8 +258,25 @@ class Command:
             raise InvalidPositionError(
                 f"cannot fork conversation {source_id} at {position}: {exc}"
             ) from exc
+        for address in sticky:
+            if (
+                not isinstance(address, ConversationValue)
+                or address.rewind
+                or (address.kind != "value")
+            ):
+                raise AddressPolicyError(
+                    f"{address.namespace!r}: only sticky conversation values can be copied "
+                    "into a fork; rewindable state is inherited through the boundary and "
+                    "lists need a deliberate policy"
+                )
         self._alloc()
         self.touched[seq] = conv
+        for address in sticky:
+            current = self._state.get_value(
+                conversation_scope(source_id), address.namespace, address.storage_key, rewind=False
+            )
+            if current is not None:
+                self._write(address, "set", current[1], conversation_id=seq)
         return seq
 
     def append_entry(
@@ -211,6 +290,7 @@ class Command:
         by_task_id: int | None = None,
     ) -> int:
         """Append an immutable entry to the transcript; returns its id (its seq)."""
+        self._main_only("append_entry")
         text = dumps(content, what="entry content")
         meta_text = None if metadata is None else dumps(dict(metadata), what="entry metadata")
         if metadata is not None and not isinstance(metadata, Mapping):
@@ -228,6 +308,7 @@ class Command:
         return seq
 
     def append_context(self, conversation_id: int, ids: Sequence[int]) -> None:
+        self._main_only("append_context")
         ids = list(ids)
         conv = self._conversation(conversation_id)
         refs = self._refs(ids)
@@ -243,6 +324,7 @@ class Command:
         *,
         expected_revision: int | None = None,
     ) -> None:
+        self._main_only("replace_context_prefix")
         replacement = list(replacement)
         conv = self._conversation(conversation_id)
         refs = self._refs(replacement)
@@ -257,6 +339,7 @@ class Command:
         self.touched[conversation_id] = conv
 
     def reset_context(self, conversation_id: int, ids: Sequence[int] = ()) -> None:
+        self._main_only("reset_context")
         ids = list(ids)
         conv = self._conversation(conversation_id)
         refs = self._refs(ids)
@@ -265,6 +348,7 @@ class Command:
         self.touched[conversation_id] = conv
 
     def delete_conversation(self, conversation_id: int) -> None:
+        self._main_only("delete_conversation")
         if conversation_id == self._line.session.root_id:
             raise CommandRejectedError(
                 f"conversation {conversation_id} is the session's root and cannot be deleted"
@@ -273,6 +357,277 @@ class Command:
         conv.delete(seq=self._peek())
         self._alloc()
         self.touched[conversation_id] = conv
+
+    # ------------------------------------------------------------------ scoped state (§4)
+    def _write(
+        self,
+        address: Address[Any],
+        op: str,
+        text: str | None,
+        *,
+        conversation_id: int | None = None,
+    ) -> int:
+        scope = scope_of(address, conversation_id)
+        check_namespace(address.namespace, core=self._core)
+        key = address.storage_key
+        if isinstance(address, WorkingValue):
+            if self.working is None:
+                raise WorkingScopeError(
+                    f"{address.namespace!r} is in working scope {address.scope.name!r}; "
+                    "working writes need their own command: "
+                    "harness.command(scope, builder)"
+                )
+            if address.scope != self.working:
+                raise WorkingScopeError(
+                    f"this command writes working scope {self.working.name!r}, not "
+                    f"{address.scope.name!r}: one command writes at most one working scope"
+                )
+        elif self.working is not None:
+            self._main_only(f"writing {address.namespace!r}")
+        policy = (address.scope_kind, address.kind, address.namespace, key)
+        established = self._policies.get(policy)
+        if established is None:
+            established = self._state.address_policy(*policy)
+        if established is not None and established != address.rewind:
+            raise AddressPolicyError(
+                f"{address.scope_kind} {address.kind} {address.namespace!r} was established "
+                f"with rewind={established}; changing it to rewind={address.rewind} is not "
+                "an implicit migration. Use a new namespace"
+            )
+        conv = None
+        if conversation_id is not None:
+            conv = self._conversation(conversation_id)
+        seq = self._peek()
+        ns = address.namespace
+        if isinstance(address, WorkingValue):
+            self.working_writes.append(StateWrite(scope, op, seq, ns, key, text))  # type: ignore[arg-type]
+        elif conv is not None:
+            rewind = address.rewind
+            if op == "set":
+                assert text is not None
+                conv.set_value(seq=seq, namespace=ns, key=key, value=text, rewind=rewind)
+            elif op == "delete":
+                conv.delete_value(seq=seq, namespace=ns, key=key, rewind=rewind)
+            elif op == "append":
+                assert text is not None
+                conv.append_list(seq=seq, namespace=ns, key=key, value=text, rewind=rewind)
+            else:
+                conv.clear_list(seq=seq, namespace=ns, key=key, rewind=rewind)
+            self.touched[conv.conversation_id] = conv
+        else:
+            self.session_ops.append(_session_write(op, seq, ns, key, text))
+        self._alloc()
+        self._policies[policy] = address.rewind
+        return seq
+
+    @staticmethod
+    def _kind(address: Address[Any], kind: str, what: str) -> None:
+        if address.kind != kind:
+            raise AddressPolicyError(
+                f"{what} needs a {kind} address; {address.namespace!r} is a {address.kind}"
+            )
+
+    def set_value(
+        self, address: Address[T], value: T, *, conversation_id: int | None = None
+    ) -> None:
+        self._kind(address, "value", "set_value")
+        self._write(address, "set", address.encode(value), conversation_id=conversation_id)
+
+    def delete_value(self, address: Address[Any], *, conversation_id: int | None = None) -> None:
+        """Delete a value; for a rewindable value this records absence (a fork before the
+        delete still sees the old value, one after it sees none)."""
+        self._kind(address, "value", "delete_value")
+        self._write(address, "delete", None, conversation_id=conversation_id)
+
+    def append_list(
+        self, address: Address[T], value: T, *, conversation_id: int | None = None
+    ) -> int:
+        """Append to a list; returns the element id (its sequence number, the cursor)."""
+        self._kind(address, "list", "append_list")
+        return self._write(
+            address, "append", address.encode(value), conversation_id=conversation_id
+        )
+
+    def clear_list(self, address: Address[Any], *, conversation_id: int | None = None) -> None:
+        self._kind(address, "list", "clear_list")
+        self._write(address, "clear", None, conversation_id=conversation_id)
+
+    def get_stored(
+        self,
+        address: Address[T],
+        *,
+        conversation_id: int | None = None,
+        as_of: int | None = None,
+    ) -> StoredValue[T] | None:
+        """The committed value with the seq that set it; None means absent (JSON null is
+        a stored value)."""
+        self._kind(address, "value", "get_value")
+        scope = scope_of(address, conversation_id)
+        found = self._state.get_value(
+            scope, address.namespace, address.storage_key, rewind=address.rewind, as_of=as_of
+        )
+        return None if found is None else StoredValue(found[0], address.decode(found[1]))
+
+    def get_value(
+        self,
+        address: Address[T],
+        *,
+        conversation_id: int | None = None,
+        as_of: int | None = None,
+        default: T | None = None,
+    ) -> T | None:
+        stored = self.get_stored(address, conversation_id=conversation_id, as_of=as_of)
+        return default if stored is None else stored.value
+
+    def read_list(
+        self,
+        address: Address[T],
+        *,
+        conversation_id: int | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        as_of: int | None = None,
+    ) -> Page[ListElement[T]]:
+        self._kind(address, "list", "read_list")
+        scope = scope_of(address, conversation_id)
+        page = self._state.read_list(
+            scope,
+            address.namespace,
+            address.storage_key,
+            rewind=address.rewind,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
+            as_of=as_of,
+        )
+        items = tuple(ListElement(i, address.decode(text)) for i, text in page.items)
+        return Page(items, page.as_of, page.next)
+
+    def scan_values(
+        self,
+        *,
+        conversation_id: int | None = None,
+        working: WorkingScope | None = None,
+        namespace: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> ValuePage:
+        """Current values of one scope (session by default), ordered by address key.
+        Rewindable conversation values are historical: read them per address."""
+        if working is not None:
+            scope = working.scope_id
+        elif conversation_id is not None:
+            scope = conversation_scope(conversation_id)
+        else:
+            scope = SESSION_SCOPE
+        return self._state.scan_values(scope, namespace=namespace, after=after, limit=limit)
+
+    def retire_working_scope(self, scope: WorkingScope) -> None:
+        """End a working scope's lifetime (a main mutation). Its contents become invisible
+        and storage reclaims them in this commit; the name can start a fresh lifetime."""
+        self._main_only("retire_working_scope")
+        seq = self._peek()
+        sid = scope.scope_id
+        self.session_ops.append(lambda s: s.retire_working_scope(seq=seq, scope=sid))
+        self._alloc()
+
+    # ------------------------------------------------------------------ request keys (§3.6)
+    def claim_request_key(
+        self, key: str, *, conversation_id: int, fingerprint: str, create: Callable[[], int]
+    ) -> tuple[int, bool]:
+        """Map a caller's request key to an id inside this command.
+
+        Returns ``(id, False)`` when the key already maps to an equivalent request, or
+        calls ``create`` and records ``(id, True)``. Reusing a key for another
+        conversation or a different request rejects.
+        """
+        if not isinstance(key, str) or not key:
+            raise CommandRejectedError("a request key must be a non-empty string")
+        text = self._request_keys.get(key)
+        if text is None:
+            found = self._state.get_value(SESSION_SCOPE, REQUEST_INPUT_NAMESPACE, key, rewind=False)
+            text = None if found is None else found[1]
+        if text is not None:
+            mapping = loads(text)
+            assert isinstance(mapping, dict)
+            if mapping.get("conversation_id") != conversation_id:
+                raise RequestKeyConflictError(
+                    key, f"for conversation {mapping.get('conversation_id')}"
+                )
+            if mapping.get("fingerprint") != fingerprint:
+                raise RequestKeyConflictError(key, "for a different request")
+            existing = mapping.get("id")
+            assert isinstance(existing, int)
+            return existing, False
+        new_id = create()
+        payload = dumps(
+            {"id": new_id, "conversation_id": conversation_id, "fingerprint": fingerprint}
+        )
+        self._core = True
+        try:
+            self._write(_REQUEST_KEYS.with_key(key), "set", payload)
+        finally:
+            self._core = False
+        self._request_keys[key] = payload
+        return new_id, True
+
+
+def _session_write(
+    op: str, seq: int, namespace: str, key: str, text: str | None
+) -> Callable[[Session], None]:
+    def apply(session: Session) -> None:
+        if op == "set":
+            assert text is not None
+            session.set_value(seq=seq, namespace=namespace, key=key, value=text)
+        elif op == "delete":
+            session.delete_value(seq=seq, namespace=namespace, key=key)
+        elif op == "append":
+            assert text is not None
+            session.append_list(seq=seq, namespace=namespace, key=key, value=text)
+        else:
+            session.clear_list(seq=seq, namespace=namespace, key=key)
+
+    return apply
+
+
+class _RequestKeys(SessionValue[Any]):
+    def with_key(self, key: str) -> SessionValue[Any]:
+        return SessionValue(namespace=self.namespace, key=key)
+
+
+_REQUEST_KEYS = _RequestKeys(namespace=REQUEST_INPUT_NAMESPACE)
+
+
+class WorkingCommand:
+    """A command that writes exactly one working scope: value/list writes only (§9.2)."""
+
+    def __init__(self, tx: Command) -> None:
+        self.tx = tx
+        assert tx.working is not None
+        self.scope = tx.working
+
+    def set_value(self, address: WorkingValue[T], value: T) -> None:
+        self.tx.set_value(address, value)
+
+    def delete_value(self, address: WorkingValue[Any]) -> None:
+        self.tx.delete_value(address)
+
+    def append_list(self, address: WorkingList[T], value: T) -> int:
+        return self.tx.append_list(address, value)
+
+    def clear_list(self, address: WorkingList[Any]) -> None:
+        self.tx.clear_list(address)
+
+    def get_value(self, address: WorkingValue[T], default: T | None = None) -> T | None:
+        return self.tx.get_value(address, default=default)
+
+    def read_list(
+        self, address: WorkingList[T], *, after: int | None = None, limit: int = 100
+    ) -> Page[ListElement[T]]:
+        return self.tx.read_list(address, after=after, limit=limit)
 
 
 class ConversationCommand:

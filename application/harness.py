@@ -8,15 +8,33 @@ durable and published.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
-from pico.application.command import Command, ConversationCommand
+from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.line import CommandLine
 from pico.application.ports import AuditRecord, ReadPort, Storage
 from pico.application.registry import get_storage_opener
+from pico.application.state import (
+    ConversationList,
+    ConversationValue,
+    SessionList,
+    SessionValue,
+    WorkingList,
+    WorkingScope,
+    WorkingValue,
+)
 from pico.domain.errors import UnknownConversationError
 from pico.domain.json import JsonValue
-from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta
+from pico.domain.values import (
+    ConversationSnapshot,
+    Entry,
+    ListElement,
+    Order,
+    Page,
+    SessionMeta,
+    StoredValue,
+    ValuePage,
+)
 
 __all__ = ["ConversationHandle", "Harness"]
 
@@ -101,13 +119,78 @@ class Harness:
         return self.reads.meta()
 
     # ------------------------------------------------------------------ commands
-    async def command(self, build: Callable[[Command], T | Awaitable[T]]) -> T:
-        """Run ``build`` against committed state and persist its mutations as ONE batch.
+    @overload
+    async def command(self, build: Callable[[Command], T | Awaitable[T]], /) -> T: ...
 
-        Ids created inside the builder are final; they may leave the builder only through
-        its return value, which this call returns after the batch is durable.
+    @overload
+    async def command(
+        self, scope: WorkingScope, build: Callable[[WorkingCommand], T | Awaitable[T]], /
+    ) -> T: ...
+
+    async def command(self, *args: Any) -> Any:
+        """Run a builder against committed state and persist its mutations as ONE batch.
+
+        ``command(build)`` is a main command; ``command(scope, build)`` writes only the
+        given working scope. Ids created inside the builder are final; they may leave the
+        builder only through its return value, returned after the batch is durable.
         """
-        return await self._line.run(build)
+        if len(args) == 1:
+            return await self._line.run(args[0])
+        scope, build = args
+        if not isinstance(scope, WorkingScope):
+            raise TypeError("command(scope, build) takes a WorkingScope first")
+        return await self._line.run(build, working=scope)
+
+    # ------------------------------------------------------------------ session state
+    async def get_value(
+        self, address: SessionValue[T] | WorkingValue[T], *, default: T | None = None
+    ) -> T | None:
+        return self._reader().get_value(address, default=default)
+
+    async def get_stored(self, address: SessionValue[T] | WorkingValue[T]) -> StoredValue[T] | None:
+        return self._reader().get_stored(address)
+
+    async def set_value(self, address: SessionValue[T], value: T) -> None:
+        await self.command(lambda tx: tx.set_value(address, value))
+
+    async def delete_value(self, address: SessionValue[Any]) -> None:
+        await self.command(lambda tx: tx.delete_value(address))
+
+    async def append_list(self, address: SessionList[T], value: T) -> int:
+        return await self.command(lambda tx: tx.append_list(address, value))
+
+    async def clear_list(self, address: SessionList[Any]) -> None:
+        await self.command(lambda tx: tx.clear_list(address))
+
+    async def read_list(
+        self,
+        address: SessionList[T] | WorkingList[T],
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[ListElement[T]]:
+        return self._reader().read_list(
+            address, after=after, before=before, order=order, limit=limit
+        )
+
+    async def scan_values(
+        self,
+        *,
+        working: WorkingScope | None = None,
+        namespace: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> ValuePage:
+        return self._reader().scan_values(
+            working=working, namespace=namespace, after=after, limit=limit
+        )
+
+    def _reader(self) -> Command:
+        """A read-only view of committed state (the command vocabulary's reads)."""
+        self._line.check_usable()
+        return Command(self._line)
 
     async def delete_conversation(self, conversation_id: int) -> None:
         await self.command(lambda tx: tx.delete_conversation(conversation_id))
@@ -188,7 +271,7 @@ class Harness:
 
 def _create_root(tx: Command) -> int:
     root = tx.create_conversation()
-    tx._line.session.designate_root(root)
+    tx.session_ops.append(lambda session: session.designate_root(root))
     return root
 
 
@@ -312,15 +395,88 @@ class ConversationHandle:
         return await self.harness.command(build)
 
     async def fork(
-        self, *, at_entry: int | None = None, as_of: int | None = None
+        self,
+        *,
+        at_entry: int | None = None,
+        as_of: int | None = None,
+        sticky: Sequence[ConversationValue[Any]] = (),
+        inherit_state: bool = True,
     ) -> ConversationHandle:
         """A historical fork after the complete commit containing ``at_entry`` (or at main
         boundary ``as_of``): shares the transcript prefix, starts from the context that
-        existed there, inherits no live work."""
+        existed there, inherits rewindable state through the boundary, copies the selected
+        ``sticky`` values' current contents, inherits no live work."""
         new_id = await self.harness.command(
-            lambda tx: tx.fork(self.id, at_entry=at_entry, as_of=as_of)
+            lambda tx: tx.fork(
+                self.id, at_entry=at_entry, as_of=as_of, sticky=sticky, inherit_state=inherit_state
+            )
         )
         return ConversationHandle(self.harness, new_id)
 
     async def delete(self) -> None:
         await self.harness.delete_conversation(self.id)
+
+    # ------------------------------------------------------------------ conversation state
+    async def get_value(
+        self,
+        address: ConversationValue[T],
+        *,
+        as_of: int | None = None,
+        default: T | None = None,
+    ) -> T | None:
+        """The value visible in this conversation (through fork history for rewindable
+        addresses); ``as_of`` reads a past main boundary (rewindable addresses only)."""
+        return self.harness._reader().get_value(
+            address, conversation_id=self.id, as_of=as_of, default=default
+        )
+
+    async def get_stored(
+        self, address: ConversationValue[T], *, as_of: int | None = None
+    ) -> StoredValue[T] | None:
+        return self.harness._reader().get_stored(address, conversation_id=self.id, as_of=as_of)
+
+    async def set_value(self, address: ConversationValue[T], value: T) -> None:
+        await self.harness.command(lambda tx: tx.set_value(address, value, conversation_id=self.id))
+
+    async def delete_value(self, address: ConversationValue[Any]) -> None:
+        await self.harness.command(lambda tx: tx.delete_value(address, conversation_id=self.id))
+
+    async def append_list(self, address: ConversationList[T], value: T) -> int:
+        return await self.harness.command(
+            lambda tx: tx.append_list(address, value, conversation_id=self.id)
+        )
+
+    async def clear_list(self, address: ConversationList[Any]) -> None:
+        await self.harness.command(lambda tx: tx.clear_list(address, conversation_id=self.id))
+
+    async def read_list(
+        self,
+        address: ConversationList[T],
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        as_of: int | None = None,
+    ) -> Page[ListElement[T]]:
+        return self.harness._reader().read_list(
+            address,
+            conversation_id=self.id,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
+            as_of=as_of,
+        )
+
+    async def scan_values(
+        self,
+        *,
+        namespace: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> ValuePage:
+        """Current sticky values of this conversation, by address key."""
+        return self.harness._reader().scan_values(
+            conversation_id=self.id, namespace=namespace, after=after, limit=limit
+        )

@@ -13,12 +13,13 @@ import socket
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from eventsourcing.domain import Aggregate
 
-from pico.application.command import Command
+from pico.application.command import Command, WorkingCommand
 from pico.application.ports import Storage
+from pico.application.state import WorkingScope
 from pico.domain.conversation import Conversation
 from pico.domain.errors import (
     ClosedError,
@@ -106,12 +107,14 @@ class CommandLine:
             self._cache.popitem(last=False)
 
     # ------------------------------------------------------------------ commands
-    async def run(self, build: Callable[[Command], T | Awaitable[T]]) -> T:
+    async def run(
+        self, build: Callable[[Any], T | Awaitable[T]], *, working: WorkingScope | None = None
+    ) -> T:
         async with self._lock:
             self.check_usable(write=True)
-            tx = Command(self)
+            tx = Command(self, working=working)
             try:
-                result = build(tx)
+                result = build(WorkingCommand(tx) if working is not None else tx)
                 if inspect.isawaitable(result):
                     result = await result
             except BaseException:
@@ -147,15 +150,19 @@ class CommandLine:
 
     def _persist(self, tx: Command) -> None:
         assert tx.first is not None and tx.last is not None
+        scope = MAIN if tx.working is None else tx.working.scope_id
         try:
-            self.session.commit(first=tx.first, last=tx.last, scope=MAIN)
+            for op in tx.session_ops:
+                op(self.session)
+            self.session.commit(first=tx.first, last=tx.last, scope=scope)
         except BaseException:
             self._discard(tx)
+            self._reload_session()
             raise
         # Session last: in storage order a batch ends with its boundary event.
         aggregates: list[Aggregate] = [*tx.touched.values(), self.session]
         try:
-            self.storage.save(aggregates)
+            self.storage.save(aggregates, working=tx.working_writes)
         except StaleWriterError:
             self._fault("another owner claimed the session")
             raise
@@ -164,6 +171,13 @@ class CommandLine:
             raise PersistenceUncertainError(self.session_id, exc) from exc
         for conv in tx.touched.values():
             self._remember(conv)
+
+    def _reload_session(self) -> None:
+        loaded = self.storage.load(session_uuid(self.session_id))
+        if not isinstance(loaded, Session):
+            self._fault("the session stream could not be reloaded")
+            return
+        self.session = loaded
 
     def _fault(self, reason: str) -> None:
         self.faulted = reason

@@ -11,9 +11,10 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 
 from pico.domain.json import JsonValue
-from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta
+from pico.domain.state import StateWrite
+from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta, ValuePage
 
-__all__ = ["AuditRecord", "ReadPort", "Storage", "StorageOpener"]
+__all__ = ["AuditRecord", "ReadPort", "StatePort", "Storage", "StorageOpener"]
 
 
 class ReadPort(Protocol):
@@ -53,6 +54,38 @@ class ReadPort(Protocol):
     ) -> Page[Entry]: ...
 
 
+class StatePort(Protocol):
+    """Committed scoped-state queries (§4.4): values as (seq, JSON text)."""
+
+    def address_policy(
+        self, scope_kind: str, kind: str, namespace: str, key: str
+    ) -> bool | None: ...
+    def get_value(
+        self, scope: str, namespace: str, key: str, *, rewind: bool, as_of: int | None = None
+    ) -> tuple[int, str] | None: ...
+    def read_list(
+        self,
+        scope: str,
+        namespace: str,
+        key: str,
+        *,
+        rewind: bool,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        as_of: int | None = None,
+    ) -> Page[tuple[int, str]]: ...
+    def scan_values(
+        self,
+        scope: str,
+        *,
+        namespace: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> ValuePage: ...
+
+
 @dataclass(frozen=True)
 class AuditRecord:
     """One stored event, as an auditor reads it."""
@@ -75,9 +108,12 @@ class Storage(Protocol):
 
     session_id: str
     reads: ReadPort
+    state: StatePort
 
     def load(self, aggregate_id: UUID) -> Aggregate | None: ...
-    def save(self, aggregates: Sequence[Aggregate]) -> None: ...
+    def save(
+        self, aggregates: Sequence[Aggregate], *, working: Sequence[StateWrite] = ()
+    ) -> None: ...
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]: ...
     def replay(self) -> Iterator[list[Any]]: ...
     def close(self) -> None: ...

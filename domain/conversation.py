@@ -81,6 +81,37 @@ class Conversation(Aggregate):
         conversation_id: int
         seq: int
 
+    # Conversation-scoped state; ``rewind`` is the address's persisted policy.
+    class ValueSet(Aggregate.Event):
+        conversation_id: int
+        seq: int
+        namespace: str
+        key: str
+        value: str
+        rewind: bool
+
+    class ValueDeleted(Aggregate.Event):
+        conversation_id: int
+        seq: int
+        namespace: str
+        key: str
+        rewind: bool
+
+    class ListAppended(Aggregate.Event):
+        conversation_id: int
+        seq: int
+        namespace: str
+        key: str
+        value: str
+        rewind: bool
+
+    class ListCleared(Aggregate.Event):
+        conversation_id: int
+        seq: int
+        namespace: str
+        key: str
+        rewind: bool
+
     @staticmethod
     def create_id(session_id: str, conversation_id: int, **_: Any) -> UUID:
         return conversation_uuid(session_id, conversation_id)
@@ -303,6 +334,48 @@ class Conversation(Aggregate):
         self._check_live()
         self._deleted(conversation_id=self.conversation_id, seq=seq)
 
+    def set_value(self, *, seq: int, namespace: str, key: str, value: str, rewind: bool) -> None:
+        self._check_live()
+        self._value_set(
+            conversation_id=self.conversation_id,
+            seq=seq,
+            namespace=namespace,
+            key=key,
+            value=value,
+            rewind=rewind,
+        )
+
+    def delete_value(self, *, seq: int, namespace: str, key: str, rewind: bool) -> None:
+        self._check_live()
+        self._value_deleted(
+            conversation_id=self.conversation_id,
+            seq=seq,
+            namespace=namespace,
+            key=key,
+            rewind=rewind,
+        )
+
+    def append_list(self, *, seq: int, namespace: str, key: str, value: str, rewind: bool) -> None:
+        self._check_live()
+        self._list_appended(
+            conversation_id=self.conversation_id,
+            seq=seq,
+            namespace=namespace,
+            key=key,
+            value=value,
+            rewind=rewind,
+        )
+
+    def clear_list(self, *, seq: int, namespace: str, key: str, rewind: bool) -> None:
+        self._check_live()
+        self._list_cleared(
+            conversation_id=self.conversation_id,
+            seq=seq,
+            namespace=namespace,
+            key=key,
+            rewind=rewind,
+        )
+
     # ------------------------------------------------------------------ checks
 
     def _check_live(self) -> None:
@@ -420,3 +493,27 @@ class Conversation(Aggregate):
     @event(Deleted)
     def _deleted(self, conversation_id: int, seq: int) -> None:
         self.deleted = True
+
+    @event(ValueSet)
+    def _value_set(
+        self, conversation_id: int, seq: int, namespace: str, key: str, value: str, rewind: bool
+    ) -> None:
+        pass
+
+    @event(ValueDeleted)
+    def _value_deleted(
+        self, conversation_id: int, seq: int, namespace: str, key: str, rewind: bool
+    ) -> None:
+        pass
+
+    @event(ListAppended)
+    def _list_appended(
+        self, conversation_id: int, seq: int, namespace: str, key: str, value: str, rewind: bool
+    ) -> None:
+        pass
+
+    @event(ListCleared)
+    def _list_cleared(
+        self, conversation_id: int, seq: int, namespace: str, key: str, rewind: bool
+    ) -> None:
+        pass

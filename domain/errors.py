@@ -7,17 +7,21 @@ A rejected command writes nothing and consumes no sequence number.
 from __future__ import annotations
 
 __all__ = [
+    "AddressPolicyError",
     "ClosedError",
     "CommandRejectedError",
     "ContextEditError",
     "ConversationDeletedError",
     "ExchangeSplitError",
     "HandleFaultedError",
+    "HistoricalReadError",
     "InvalidJsonError",
     "InvalidPositionError",
     "PersistenceUncertainError",
     "PicoError",
     "ReadOnlyError",
+    "RequestKeyConflictError",
+    "ReservedNamespaceError",
     "SequenceExhaustedError",
     "StalePrefixError",
     "StaleWriterError",
@@ -25,6 +29,7 @@ __all__ = [
     "UnknownConversationError",
     "UnknownEntryError",
     "UnknownSessionError",
+    "WorkingScopeError",
 ]
 
 
@@ -99,6 +104,38 @@ class SequenceExhaustedError(CommandRejectedError):
         super().__init__(
             f"the session's sequence is exhausted at {head}: ids are positive safe integers "
             "(at most 2**53 - 1); start a new session"
+        )
+
+
+class AddressPolicyError(CommandRejectedError):
+    """An address was used with a different rewind policy or scope than it was established
+    with, or a conversation address where a session address belongs."""
+
+
+class HistoricalReadError(CommandRejectedError):
+    """Sticky, session and working state have no history: they cannot be read as of a
+    position."""
+
+
+class WorkingScopeError(CommandRejectedError):
+    """A commit mixed main and working writes, or wrote to two working scopes."""
+
+
+class ReservedNamespaceError(CommandRejectedError):
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        super().__init__(
+            f"namespace {namespace!r} is reserved for pico's own state (names starting with "
+            "'pico.'); choose another namespace"
+        )
+
+
+class RequestKeyConflictError(CommandRejectedError):
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        super().__init__(
+            f"request key {key!r} was already used {detail}; retry with the original request "
+            "or use a new key"
         )
 
 

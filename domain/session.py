@@ -39,6 +39,33 @@ class Session(Aggregate):
     class RootDesignated(Aggregate.Event):
         conversation_id: int
 
+    # Session-scoped state: sticky, one current value or list per address.
+    class ValueSet(Aggregate.Event):
+        seq: int
+        namespace: str
+        key: str
+        value: str
+
+    class ValueDeleted(Aggregate.Event):
+        seq: int
+        namespace: str
+        key: str
+
+    class ListAppended(Aggregate.Event):
+        seq: int
+        namespace: str
+        key: str
+        value: str
+
+    class ListCleared(Aggregate.Event):
+        seq: int
+        namespace: str
+        key: str
+
+    class WorkingScopeRetired(Aggregate.Event):
+        seq: int
+        scope: str
+
     @staticmethod
     def create_id(session_id: str, **_: Any) -> UUID:
         return session_uuid(session_id)
@@ -75,6 +102,42 @@ class Session(Aggregate):
                 f"session {self.session_id!r} already has root conversation {self.root_id}"
             )
         self._root_designated(conversation_id=conversation_id)
+
+    def set_value(self, *, seq: int, namespace: str, key: str, value: str) -> None:
+        self._value_set(seq=seq, namespace=namespace, key=key, value=value)
+
+    def delete_value(self, *, seq: int, namespace: str, key: str) -> None:
+        self._value_deleted(seq=seq, namespace=namespace, key=key)
+
+    def append_list(self, *, seq: int, namespace: str, key: str, value: str) -> None:
+        self._list_appended(seq=seq, namespace=namespace, key=key, value=value)
+
+    def clear_list(self, *, seq: int, namespace: str, key: str) -> None:
+        self._list_cleared(seq=seq, namespace=namespace, key=key)
+
+    def retire_working_scope(self, *, seq: int, scope: str) -> None:
+        """Main retirement ends a working scope's lifetime; storage reclaims its rows."""
+        self._working_scope_retired(seq=seq, scope=scope)
+
+    @event(ValueSet)
+    def _value_set(self, seq: int, namespace: str, key: str, value: str) -> None:
+        pass
+
+    @event(ValueDeleted)
+    def _value_deleted(self, seq: int, namespace: str, key: str) -> None:
+        pass
+
+    @event(ListAppended)
+    def _list_appended(self, seq: int, namespace: str, key: str, value: str) -> None:
+        pass
+
+    @event(ListCleared)
+    def _list_cleared(self, seq: int, namespace: str, key: str) -> None:
+        pass
+
+    @event(WorkingScopeRetired)
+    def _working_scope_retired(self, seq: int, scope: str) -> None:
+        pass
 
     @event(Claimed)
     def _claimed(self, owner: str, host: str, pid: int) -> None:

@@ -11,10 +11,14 @@ __all__ = [
     "CommitBoundary",
     "ConversationSnapshot",
     "Entry",
+    "ListElement",
     "Order",
     "Page",
     "SessionMeta",
     "Source",
+    "StoredValue",
+    "ValueItem",
+    "ValuePage",
 ]
 
 T = TypeVar("T")
@@ -61,6 +65,39 @@ class Page(Generic[T]):
     items: tuple[T, ...]
     as_of: int
     next: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredValue(Generic[T]):
+    """A present value and the sequence number of the write that set it."""
+
+    seq: int
+    value: T
+
+
+@dataclass(frozen=True)
+class ListElement(Generic[T]):
+    """A list element; its id is the sequence number of its append (the list cursor)."""
+
+    id: int
+    value: T
+
+
+@dataclass(frozen=True)
+class ValueItem:
+    namespace: str
+    key: str | None
+    seq: int
+    value: JsonValue
+
+
+@dataclass(frozen=True)
+class ValuePage:
+    """A ``scan_values`` page; ``next`` is an address key cursor (namespace, key)."""
+
+    items: tuple[ValueItem, ...]
+    as_of: int
+    next: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 
-from pico.application.ports import AuditRecord, ReadPort
+from pico.application.ports import AuditRecord, ReadPort, StatePort
 from pico.domain.conversation import Conversation
 from pico.domain.errors import StaleWriterError, StorageCorruptError
 from pico.domain.session import Session
-from pico.projections.ops import project
-from pico.projections.queries import Queries, ReadStore
+from pico.domain.state import StateWrite
+from pico.projections.ops import project, project_working
+from pico.projections.queries import Queries, ReadStore, StateQueries
 
 __all__ = ["SNAPSHOT_INTERVAL", "EventSourcedStorage"]
 
@@ -72,6 +73,8 @@ class EventSourcedStorage:
         self.repository: Repository[UUID] = Repository(self.events, snapshot_store=self.snapshots)
         self.queries = Queries(read_store)
         self.reads: ReadPort = self.queries
+        self.state_queries = StateQueries(read_store)
+        self.state: StatePort = self.state_queries
         self._on_close = on_close
 
     def load(self, aggregate_id: UUID) -> Aggregate | None:
@@ -88,7 +91,7 @@ class EventSourcedStorage:
             raise StorageCorruptError(f"{aggregate_id} is not an aggregate")
         return aggregate
 
-    def save(self, aggregates: Sequence[Aggregate]) -> None:
+    def save(self, aggregates: Sequence[Aggregate], *, working: Sequence[StateWrite] = ()) -> None:
         # Collected directly rather than through ProcessingEvent, whose runtime Protocol
         # checks cost ~15% of a small command; our aggregates are known Aggregates.
         events: list[Any] = []
@@ -98,6 +101,8 @@ class EventSourcedStorage:
             events.extend(pending)
             counts.append((aggregate, len(pending)))
         ops = project(events)
+        if working:
+            ops.extend(project_working(working))
         try:
             self.events.put(events, session_id=self.session_id, ops=ops)
         except IntegrityError as exc:

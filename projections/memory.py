@@ -15,15 +15,23 @@ from dataclasses import dataclass, replace
 from pico.domain.values import Order, SessionMeta
 from pico.projections.ops import (
     AppendContext,
+    AppendElement,
     CreateConversation,
     DeleteConversation,
+    DropElements,
+    DropValue,
+    EstablishAddress,
     PutClaim,
+    PutClear,
     PutCommit,
     PutEntry,
     PutRoot,
     PutSession,
+    PutValue,
+    PutVersion,
     ReplacePrefix,
     ResetContext,
+    RetireWorking,
     RowOp,
 )
 from pico.projections.queries import ConvRow, EditRow, EntryRow
@@ -62,6 +70,14 @@ class MemoryReadStore:
         self._by_conv: dict[int, list[int]] = {}
         self._by_kind: dict[tuple[int, str], list[int]] = {}
         self._by_key: dict[tuple[int, str], list[int]] = {}
+        # Scoped state.
+        self._policies: dict[tuple[str, str, str, str], bool] = {}
+        self._values: dict[tuple[str, str, str], tuple[int, str]] = {}
+        self._value_keys: dict[str, list[tuple[str, str]]] = {}  # scope -> sorted keys
+        self._versions: dict[tuple[int, str, str], tuple[list[int], list[str | None]]] = {}
+        self._elements: dict[tuple[str, str, str], tuple[list[int], list[str]]] = {}
+        self._element_keys: dict[str, set[tuple[str, str]]] = {}
+        self._clears: dict[tuple[str, str, str], list[int]] = {}
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[RowOp]) -> None:
@@ -129,6 +145,40 @@ class MemoryReadStore:
         elif isinstance(op, DeleteConversation):
             cid = op.conversation_id
             self._convs[cid] = replace(self._convs[cid], deleted_seq=op.seq)
+        elif isinstance(op, EstablishAddress):
+            self._policies.setdefault((op.scope_kind, op.kind, op.namespace, op.key), op.rewind)
+        elif isinstance(op, PutValue):
+            k = (op.scope, op.namespace, op.key)
+            if k not in self._values:
+                bisect.insort(self._value_keys.setdefault(op.scope, []), (op.namespace, op.key))
+            self._values[k] = (op.seq, op.value)
+        elif isinstance(op, DropValue):
+            self._drop_value(op.scope, op.namespace, op.key)
+        elif isinstance(op, PutVersion):
+            seqs, vals = self._versions.setdefault(
+                (op.conversation_id, op.namespace, op.key), ([], [])
+            )
+            seqs.append(op.seq)
+            vals.append(op.value)
+        elif isinstance(op, AppendElement):
+            ids, vals2 = self._elements.setdefault((op.scope, op.namespace, op.key), ([], []))
+            ids.append(op.element_id)
+            vals2.append(op.value)
+            self._element_keys.setdefault(op.scope, set()).add((op.namespace, op.key))
+        elif isinstance(op, DropElements):
+            self._elements.pop((op.scope, op.namespace, op.key), None)
+        elif isinstance(op, PutClear):
+            self._clears.setdefault((op.scope, op.namespace, op.key), []).append(op.seq)
+        elif isinstance(op, RetireWorking):
+            for ns, key in list(self._value_keys.get(op.scope, [])):
+                cur = self._values.get((op.scope, ns, key))
+                if cur is not None and cur[0] <= op.seq:
+                    self._drop_value(op.scope, ns, key)
+            for ns, key in list(self._element_keys.get(op.scope, set())):
+                got = self._elements.get((op.scope, ns, key))
+                if got is not None:
+                    cut = bisect.bisect_right(got[0], op.seq)
+                    del got[0][:cut], got[1][:cut]
         elif isinstance(op, PutSession):
             self._meta = SessionMeta(self.session_id, 0, 0, None, None)
         elif isinstance(op, PutClaim):
@@ -137,6 +187,11 @@ class MemoryReadStore:
         elif isinstance(op, PutRoot):
             assert self._meta is not None
             self._meta = replace(self._meta, root_id=op.conversation_id)
+
+    def _drop_value(self, scope: str, namespace: str, key: str) -> None:
+        if self._values.pop((scope, namespace, key), None) is not None:
+            keys = self._value_keys[scope]
+            del keys[bisect.bisect_left(keys, (namespace, key))]
 
     def _edit(self, row: EditRow) -> None:
         edits = self._edits.setdefault(row.conversation_id, _Edits([], [], []))
@@ -252,3 +307,64 @@ class MemoryReadStore:
             return 0
         idx = bisect.bisect_right(edits.seqs, position) - 1
         return edits.rows[idx].revision if idx >= 0 else 0
+
+    # ------------------------------------------------------------------ state reads
+    def address_policy(self, scope_kind: str, kind: str, namespace: str, key: str) -> bool | None:
+        return self._policies.get((scope_kind, kind, namespace, key))
+
+    def current_value(self, scope: str, namespace: str, key: str) -> tuple[int, str] | None:
+        return self._values.get((scope, namespace, key))
+
+    def value_version(
+        self, conversation_id: int, namespace: str, key: str, cutoff: int
+    ) -> tuple[int, str | None] | None:
+        got = self._versions.get((conversation_id, namespace, key))
+        if got is None:
+            return None
+        i = bisect.bisect_right(got[0], cutoff) - 1
+        return None if i < 0 else (got[0][i], got[1][i])
+
+    def list_range(
+        self,
+        scope: str,
+        namespace: str,
+        key: str,
+        *,
+        gt: int | None,
+        le: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[tuple[int, str]]:
+        got = self._elements.get((scope, namespace, key))
+        if got is None:
+            return []
+        lo, hi = _range(got[0], gt, le)
+        if order == "asc":
+            idx = range(lo, min(hi, lo + limit))
+        else:
+            idx = range(hi - 1, max(lo, hi - limit) - 1, -1)
+        return [(got[0][i], got[1][i]) for i in idx]
+
+    def last_clear(self, scope: str, namespace: str, key: str, cutoff: int) -> int | None:
+        seqs = self._clears.get((scope, namespace, key))
+        if not seqs:
+            return None
+        i = bisect.bisect_right(seqs, cutoff) - 1
+        return None if i < 0 else seqs[i]
+
+    def scan_values(
+        self, scope: str, *, namespace: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[tuple[str, str, int, str]]:
+        keys = self._value_keys.get(scope, [])
+        lo = 0 if after is None else bisect.bisect_right(keys, after)
+        if namespace is not None:
+            lo = max(lo, bisect.bisect_left(keys, (namespace, "")))
+        out: list[tuple[str, str, int, str]] = []
+        for ns, key in keys[lo:]:
+            if namespace is not None and ns != namespace:
+                break
+            seq, value = self._values[(scope, ns, key)]
+            out.append((ns, key, seq, value))
+            if len(out) >= limit:
+                break
+        return out

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 from pico.domain.conversation import Conversation
 from pico.domain.session import Session
+from pico.domain.state import SESSION_SCOPE, StateWrite, conversation_scope
 
 __all__ = [
     "AppendContext",
@@ -107,6 +108,82 @@ class DeleteConversation:
     seq: int
 
 
+@dataclass(frozen=True)
+class EstablishAddress:
+    """Persist an address's scope kind and rewind policy on first use."""
+
+    scope_kind: str  # session | conversation | working
+    kind: str  # value | list
+    namespace: str
+    key: str
+    rewind: bool
+
+
+@dataclass(frozen=True)
+class PutValue:
+    """Current (sticky/session/working) value: overwrite."""
+
+    scope: str
+    namespace: str
+    key: str
+    seq: int
+    value: str
+
+
+@dataclass(frozen=True)
+class DropValue:
+    scope: str
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True)
+class PutVersion:
+    """A rewindable conversation value version; ``value`` None records a deletion."""
+
+    conversation_id: int
+    namespace: str
+    key: str
+    seq: int
+    value: str | None
+
+
+@dataclass(frozen=True)
+class AppendElement:
+    scope: str
+    namespace: str
+    key: str
+    element_id: int
+    value: str
+
+
+@dataclass(frozen=True)
+class DropElements:
+    """Clear a sticky/session/working list: only current contents are kept."""
+
+    scope: str
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True)
+class PutClear:
+    """Clear a rewindable list: a marker; earlier forks still see older elements."""
+
+    scope: str
+    namespace: str
+    key: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class RetireWorking:
+    """End a working scope's lifetime: its rows through ``seq`` are deleted."""
+
+    scope: str
+    seq: int
+
+
 RowOp: TypeAlias = (
     PutSession
     | PutClaim
@@ -118,6 +195,14 @@ RowOp: TypeAlias = (
     | ReplacePrefix
     | ResetContext
     | DeleteConversation
+    | EstablishAddress
+    | PutValue
+    | DropValue
+    | PutVersion
+    | AppendElement
+    | DropElements
+    | PutClear
+    | RetireWorking
 )
 
 
@@ -173,6 +258,12 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             ops.append(ResetContext(e.conversation_id, e.seq, tuple(e.ids), e.revision))
         elif isinstance(e, Conversation.Deleted):
             ops.append(DeleteConversation(e.conversation_id, e.seq))
+        elif isinstance(e, _CONVERSATION_STATE):
+            ops.extend(_conversation_state(e))
+        elif isinstance(e, _SESSION_STATE):
+            ops.extend(_session_state(e))
+        elif isinstance(e, Session.WorkingScopeRetired):
+            ops.append(RetireWorking(e.scope, e.seq))
         elif isinstance(e, Session.Committed):
             ops.append(PutCommit(e.first, e.last, e.scope))
         elif isinstance(e, Session.Claimed):
@@ -181,4 +272,75 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             ops.append(PutRoot(e.conversation_id))
         elif isinstance(e, Session.Created):
             ops.append(PutSession())
+    return ops
+
+
+_CONVERSATION_STATE = (
+    Conversation.ValueSet,
+    Conversation.ValueDeleted,
+    Conversation.ListAppended,
+    Conversation.ListCleared,
+)
+_SESSION_STATE = (Session.ValueSet, Session.ValueDeleted, Session.ListAppended, Session.ListCleared)
+
+
+def _conversation_state(e: Any) -> list[RowOp]:
+    scope = conversation_scope(e.conversation_id)
+    kind = (
+        "list" if isinstance(e, (Conversation.ListAppended, Conversation.ListCleared)) else "value"
+    )
+    ops: list[RowOp] = [EstablishAddress("conversation", kind, e.namespace, e.key, e.rewind)]
+    if isinstance(e, Conversation.ValueSet):
+        ops.append(
+            PutVersion(e.conversation_id, e.namespace, e.key, e.seq, e.value)
+            if e.rewind
+            else PutValue(scope, e.namespace, e.key, e.seq, e.value)
+        )
+    elif isinstance(e, Conversation.ValueDeleted):
+        ops.append(
+            PutVersion(e.conversation_id, e.namespace, e.key, e.seq, None)
+            if e.rewind
+            else DropValue(scope, e.namespace, e.key)
+        )
+    elif isinstance(e, Conversation.ListAppended):
+        ops.append(AppendElement(scope, e.namespace, e.key, e.seq, e.value))
+    else:
+        ops.append(
+            PutClear(scope, e.namespace, e.key, e.seq)
+            if e.rewind
+            else DropElements(scope, e.namespace, e.key)
+        )
+    return ops
+
+
+def _session_state(e: Any) -> list[RowOp]:
+    kind = "list" if isinstance(e, (Session.ListAppended, Session.ListCleared)) else "value"
+    ops: list[RowOp] = [EstablishAddress("session", kind, e.namespace, e.key, False)]
+    if isinstance(e, Session.ValueSet):
+        ops.append(PutValue(SESSION_SCOPE, e.namespace, e.key, e.seq, e.value))
+    elif isinstance(e, Session.ValueDeleted):
+        ops.append(DropValue(SESSION_SCOPE, e.namespace, e.key))
+    elif isinstance(e, Session.ListAppended):
+        ops.append(AppendElement(SESSION_SCOPE, e.namespace, e.key, e.seq, e.value))
+    else:
+        ops.append(DropElements(SESSION_SCOPE, e.namespace, e.key))
+    return ops
+
+
+def project_working(writes: Sequence[StateWrite]) -> list[RowOp]:
+    """Working writes are not events; they become the same current-state rows."""
+    ops: list[RowOp] = []
+    for w in writes:
+        kind = "list" if w.op in ("append", "clear") else "value"
+        ops.append(EstablishAddress("working", kind, w.namespace, w.key, False))
+        if w.op == "set":
+            assert w.value is not None
+            ops.append(PutValue(w.scope, w.namespace, w.key, w.seq, w.value))
+        elif w.op == "delete":
+            ops.append(DropValue(w.scope, w.namespace, w.key))
+        elif w.op == "append":
+            assert w.value is not None
+            ops.append(AppendElement(w.scope, w.namespace, w.key, w.seq, w.value))
+        else:
+            ops.append(DropElements(w.scope, w.namespace, w.key))
     return ops

@@ -13,9 +13,23 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from pico.domain.errors import InvalidPositionError, UnknownConversationError
+from pico.domain.errors import (
+    HistoricalReadError,
+    InvalidPositionError,
+    UnknownConversationError,
+)
 from pico.domain.json import loads
-from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta, Source
+from pico.domain.state import conversation_scope
+from pico.domain.values import (
+    ConversationSnapshot,
+    Entry,
+    Order,
+    Page,
+    SessionMeta,
+    Source,
+    ValueItem,
+    ValuePage,
+)
 
 __all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_context"]
 
@@ -88,6 +102,28 @@ class ReadStore(Protocol):
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None: ...
     def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]: ...
     def revision_as_of(self, conversation_id: int, position: int) -> int: ...
+    def address_policy(
+        self, scope_kind: str, kind: str, namespace: str, key: str
+    ) -> bool | None: ...
+    def current_value(self, scope: str, namespace: str, key: str) -> tuple[int, str] | None: ...
+    def value_version(
+        self, conversation_id: int, namespace: str, key: str, cutoff: int
+    ) -> tuple[int, str | None] | None: ...
+    def list_range(
+        self,
+        scope: str,
+        namespace: str,
+        key: str,
+        *,
+        gt: int | None,
+        le: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[tuple[int, str]]: ...
+    def last_clear(self, scope: str, namespace: str, key: str, cutoff: int) -> int | None: ...
+    def scan_values(
+        self, scope: str, *, namespace: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[tuple[str, str, int, str]]: ...
 
 
 def replay_context(base: EditRow, edits: Sequence[EditRow]) -> list[int]:
@@ -317,6 +353,154 @@ class Queries:
             return Page(
                 tuple(_to_entry(r) for r in items), cut, items[-1].id if more and items else None
             )
+
+
+def _conversation_of(scope: str) -> int | None:
+    if scope.startswith("conversation/"):
+        return int(scope.split("/", 1)[1])
+    return None
+
+
+class StateQueries:
+    """§4.4: scoped state reads. Values come back as (seq, JSON text); the typed address
+    decodes them."""
+
+    def __init__(self, store: ReadStore) -> None:
+        self.store = store
+
+    def _cutoff(self, as_of: int | None) -> int:
+        meta = self.store.meta()
+        main_head = meta.main_head if meta else 0
+        return main_head if as_of is None else min(as_of, main_head)
+
+    def _head(self) -> int:
+        meta = self.store.meta()
+        return meta.head if meta else 0
+
+    def _source(self, conversation_id: int) -> tuple[int, int] | None:
+        """The historical-state source of a conversation, or None where fallback ends."""
+        row = self.store.conversation_rows([conversation_id]).get(conversation_id)
+        if row is None:
+            raise UnknownConversationError(conversation_id)
+        if not row.inherit_state or row.source_conversation_id is None:
+            return None
+        assert row.source_as_of is not None
+        return row.source_conversation_id, row.source_as_of
+
+    def address_policy(self, scope_kind: str, kind: str, namespace: str, key: str) -> bool | None:
+        with self.store.read():
+            return self.store.address_policy(scope_kind, kind, namespace, key)
+
+    def get_value(
+        self, scope: str, namespace: str, key: str, *, rewind: bool, as_of: int | None = None
+    ) -> tuple[int, str] | None:
+        conversation = _conversation_of(scope)
+        with self.store.read():
+            if not (rewind and conversation is not None):
+                if as_of is not None:
+                    raise HistoricalReadError(
+                        f"{namespace!r} in {scope} is sticky or working state, which has no "
+                        "history; read it without as_of"
+                    )
+                return self.store.current_value(scope, namespace, key)
+            cutoff = self._cutoff(as_of)
+            conv = conversation
+            while True:
+                found = self.store.value_version(conv, namespace, key, cutoff)
+                if found is not None:
+                    seq, text = found
+                    return None if text is None else (seq, text)
+                source = self._source(conv)
+                if source is None:
+                    return None
+                conv, cutoff = source[0], min(cutoff, source[1])
+
+    def read_list(
+        self,
+        scope: str,
+        namespace: str,
+        key: str,
+        *,
+        rewind: bool,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        as_of: int | None = None,
+    ) -> Page[tuple[int, str]]:
+        limit = _limit(limit)
+        conversation = _conversation_of(scope)
+        with self.store.read():
+            upper_cap = None if before is None else before - 1
+            if not (rewind and conversation is not None):
+                if as_of is not None:
+                    raise HistoricalReadError(
+                        f"list {namespace!r} in {scope} is sticky or working state, which has "
+                        "no history; read it without as_of"
+                    )
+                rows = self.store.list_range(
+                    scope, namespace, key, gt=after, le=upper_cap, order=order, limit=limit + 1
+                )
+                more = len(rows) > limit
+                rows = rows[:limit]
+                return Page(tuple(rows), self._head(), rows[-1][0] if more and rows else None)
+            cutoff = self._cutoff(as_of)
+            # Nearest first: (scope, exclusive lower bound from a clear, inclusive upper).
+            segments: list[tuple[str, int | None, int]] = []
+            conv, cut = conversation, cutoff
+            while True:
+                cscope = conversation_scope(conv)
+                clear = self.store.last_clear(cscope, namespace, key, cut)
+                segments.append((cscope, clear, cut))
+                if clear is not None:
+                    break
+                source = self._source(conv)
+                if source is None:
+                    break
+                conv, cut = source[0], min(cut, source[1])
+            if order == "asc":
+                segments.reverse()
+            items: list[tuple[int, str]] = []
+            for seg_scope, lower, upper in segments:
+                gt = lower if after is None else (after if lower is None else max(lower, after))
+                le = upper if upper_cap is None else min(upper, upper_cap)
+                if gt is not None and le <= gt:
+                    continue
+                items.extend(
+                    self.store.list_range(
+                        seg_scope,
+                        namespace,
+                        key,
+                        gt=gt,
+                        le=le,
+                        order=order,
+                        limit=limit + 1 - len(items),
+                    )
+                )
+                if len(items) > limit:
+                    break
+            more = len(items) > limit
+            items = items[:limit]
+            return Page(tuple(items), cutoff, items[-1][0] if more and items else None)
+
+    def scan_values(
+        self,
+        scope: str,
+        *,
+        namespace: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> ValuePage:
+        """Current values of one scope ordered by (namespace, key); the cursor is the last
+        (namespace, key) returned."""
+        limit = _limit(limit)
+        with self.store.read():
+            rows = self.store.scan_values(scope, namespace=namespace, after=after, limit=limit + 1)
+            head = self._head()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = tuple(ValueItem(ns, key or None, seq, loads(text)) for ns, key, seq, text in rows)
+        return ValuePage(items, head, (rows[-1][0], rows[-1][1]) if more and rows else None)
 
 
 def iter_pages(queries: Queries, conversation_id: int, *, limit: int = 500) -> Iterator[Entry]:

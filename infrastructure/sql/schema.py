@@ -125,6 +125,79 @@ context_edits = Table(
     Index("pico_context_edits_base", "session_id", "conversation_id", "base", "seq"),
 )
 
+# -- v2: scoped state (§4, §7.6)
+addresses = Table(
+    "pico_addresses",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("scope_kind", String(16), primary_key=True),
+    Column("kind", String(8), primary_key=True),
+    Column("namespace", String(300), primary_key=True),
+    Column("key", String(300), primary_key=True),
+    Column("rewind", Boolean, nullable=False),
+)
+
+values = Table(
+    "pico_values",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("scope", String(300), primary_key=True),
+    Column("namespace", String(300), primary_key=True),
+    Column("key", String(300), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("value", Text, nullable=False),
+)
+
+value_versions = Table(
+    "pico_value_versions",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("conversation_id", BigInteger, primary_key=True),
+    Column("namespace", String(300), primary_key=True),
+    Column("key", String(300), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("value", Text),  # NULL records a deletion (absence)
+)
+
+list_elements = Table(
+    "pico_list_elements",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("scope", String(300), primary_key=True),
+    Column("namespace", String(300), primary_key=True),
+    Column("key", String(300), primary_key=True),
+    Column("id", BigInteger, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+list_clears = Table(
+    "pico_list_clears",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("scope", String(300), primary_key=True),
+    Column("namespace", String(300), primary_key=True),
+    Column("key", String(300), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+)
+
+V1_TABLES = [
+    "pico_events",
+    "pico_snapshots",
+    "pico_sessions",
+    "pico_commits",
+    "pico_conversations",
+    "pico_entries",
+    "pico_context_elements",
+    "pico_context_edits",
+]
+V2_TABLES = [
+    "pico_addresses",
+    "pico_values",
+    "pico_value_versions",
+    "pico_list_elements",
+    "pico_list_clears",
+]
+
 schema_versions = Table(
     "pico_schema",
     metadata,

@@ -25,15 +25,23 @@ from pico.domain.values import Order, SessionMeta
 from pico.infrastructure.sql import schema as t
 from pico.projections.ops import (
     AppendContext,
+    AppendElement,
     CreateConversation,
     DeleteConversation,
+    DropElements,
+    DropValue,
+    EstablishAddress,
     PutClaim,
+    PutClear,
     PutCommit,
     PutEntry,
     PutRoot,
     PutSession,
+    PutValue,
+    PutVersion,
     ReplacePrefix,
     ResetContext,
+    RetireWorking,
     RowOp,
 )
 from pico.projections.queries import ConvRow, EditRow, EntryRow
@@ -191,7 +199,7 @@ class SqlRecorder(AggregateRecorder):
                 # every snapshot interval (a context can be long), so replace them.
                 cur.executemany(self._writer.sql(_PRUNE_SNAPSHOTS), [(r[0], r[1]) for r in rows])
             if ops:
-                SqlProjectionWriter(cur, self._writer.sql, session_id).apply(ops)
+                SqlProjectionWriter(cur, self._writer.sql, session_id, self.db.dialect).apply(ops)
 
         self._writer.transaction(write)
         return None
@@ -290,14 +298,54 @@ _REVISION = "UPDATE pico_conversations SET prefix_revision = ? WHERE session_id 
 _DELETED = "UPDATE pico_conversations SET deleted_seq = ? WHERE session_id = ? AND id = ?"
 
 
+_ESTABLISH = {
+    "sqlite": (
+        "INSERT OR IGNORE INTO pico_addresses (session_id, scope_kind, kind, namespace, "
+        "key, rewind) VALUES (?, ?, ?, ?, ?, ?)"
+    ),
+    "postgresql": (
+        "INSERT INTO pico_addresses (session_id, scope_kind, kind, namespace, key, "
+        "rewind) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    ),
+}
+_UPSERT_VALUE = (
+    "INSERT INTO pico_values (session_id, scope, namespace, key, seq, value) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, scope, namespace, key) "
+    "DO UPDATE SET seq = excluded.seq, value = excluded.value"
+)
+_DROP_VALUE = (
+    "DELETE FROM pico_values WHERE session_id = ? AND scope = ? AND namespace = ? AND key = ?"
+)
+_PUT_VERSION = (
+    "INSERT INTO pico_value_versions (session_id, conversation_id, namespace, key, "
+    "seq, value) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_APPEND_ELEMENT = (
+    "INSERT INTO pico_list_elements (session_id, scope, namespace, key, id, "
+    "value) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_DROP_ELEMENTS = (
+    "DELETE FROM pico_list_elements WHERE session_id = ? AND scope = ? AND "
+    "namespace = ? AND key = ?"
+)
+_PUT_CLEAR = (
+    "INSERT INTO pico_list_clears (session_id, scope, namespace, key, seq) VALUES (?, ?, ?, ?, ?)"
+)
+_RETIRE_VALUES = "DELETE FROM pico_values WHERE session_id = ? AND scope = ? AND seq <= ?"
+_RETIRE_ELEMENTS = "DELETE FROM pico_list_elements WHERE session_id = ? AND scope = ? AND id <= ?"
+
+
 class SqlProjectionWriter:
     """Applies row ops inside the events' transaction. Touches only the rows a commit
     changes: no transcript or context rewrite per append."""
 
-    def __init__(self, cur: Any, sql: Callable[[str], str], session_id: str) -> None:
+    def __init__(
+        self, cur: Any, sql: Callable[[str], str], session_id: str, dialect: str = "sqlite"
+    ) -> None:
         self.cur = cur
         self.q = sql
         self.sid = session_id
+        self.dialect = dialect
 
     def _x(self, statement: str, params: tuple[Any, ...]) -> None:
         self.cur.execute(self.q(statement), params)
@@ -369,6 +417,30 @@ class SqlProjectionWriter:
                 )
             elif isinstance(op, DeleteConversation):
                 self._x(_DELETED, (op.seq, sid, op.conversation_id))
+            elif isinstance(op, EstablishAddress):
+                self._x(
+                    _ESTABLISH[self.dialect],
+                    (sid, op.scope_kind, op.kind, op.namespace, op.key, op.rewind),
+                )
+            elif isinstance(op, PutValue):
+                self._x(_UPSERT_VALUE, (sid, op.scope, op.namespace, op.key, op.seq, op.value))
+            elif isinstance(op, DropValue):
+                self._x(_DROP_VALUE, (sid, op.scope, op.namespace, op.key))
+            elif isinstance(op, PutVersion):
+                self._x(
+                    _PUT_VERSION, (sid, op.conversation_id, op.namespace, op.key, op.seq, op.value)
+                )
+            elif isinstance(op, AppendElement):
+                self._x(
+                    _APPEND_ELEMENT, (sid, op.scope, op.namespace, op.key, op.element_id, op.value)
+                )
+            elif isinstance(op, DropElements):
+                self._x(_DROP_ELEMENTS, (sid, op.scope, op.namespace, op.key))
+            elif isinstance(op, PutClear):
+                self._x(_PUT_CLEAR, (sid, op.scope, op.namespace, op.key, op.seq))
+            elif isinstance(op, RetireWorking):
+                self._x(_RETIRE_VALUES, (sid, op.scope, op.seq))
+                self._x(_RETIRE_ELEMENTS, (sid, op.scope, op.seq))
             elif isinstance(op, PutSession):
                 self._x(_INSERT_SESSION, (sid,))
             elif isinstance(op, PutClaim):
@@ -622,3 +694,96 @@ class SqlReadStore:
         )
         row = self._c.execute(q).first()
         return 0 if row is None else int(row[0])
+
+    # ------------------------------------------------------------------ state reads
+    def address_policy(self, scope_kind: str, kind: str, namespace: str, key: str) -> bool | None:
+        a = t.addresses.c
+        row = self._c.execute(
+            sa.select(a.rewind).where(
+                a.session_id == self.sid,
+                a.scope_kind == scope_kind,
+                a.kind == kind,
+                a.namespace == namespace,
+                a.key == key,
+            )
+        ).first()
+        return None if row is None else bool(row[0])
+
+    def current_value(self, scope: str, namespace: str, key: str) -> tuple[int, str] | None:
+        v = t.values.c
+        row = self._c.execute(
+            sa.select(v.seq, v.value).where(
+                v.session_id == self.sid, v.scope == scope, v.namespace == namespace, v.key == key
+            )
+        ).first()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def value_version(
+        self, conversation_id: int, namespace: str, key: str, cutoff: int
+    ) -> tuple[int, str | None] | None:
+        v = t.value_versions.c
+        row = self._c.execute(
+            sa.select(v.seq, v.value)
+            .where(
+                v.session_id == self.sid,
+                v.conversation_id == conversation_id,
+                v.namespace == namespace,
+                v.key == key,
+                v.seq <= cutoff,
+            )
+            .order_by(v.seq.desc())
+            .limit(1)
+        ).first()
+        return None if row is None else (int(row[0]), row[1])
+
+    def list_range(
+        self,
+        scope: str,
+        namespace: str,
+        key: str,
+        *,
+        gt: int | None,
+        le: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[tuple[int, str]]:
+        e = t.list_elements.c
+        q = sa.select(e.id, e.value).where(
+            e.session_id == self.sid, e.scope == scope, e.namespace == namespace, e.key == key
+        )
+        if gt is not None:
+            q = q.where(e.id > gt)
+        if le is not None:
+            q = q.where(e.id <= le)
+        q = q.order_by(e.id if order == "asc" else e.id.desc()).limit(limit)
+        return [(int(r[0]), str(r[1])) for r in self._c.execute(q)]
+
+    def last_clear(self, scope: str, namespace: str, key: str, cutoff: int) -> int | None:
+        c = t.list_clears.c
+        row = self._c.execute(
+            sa.select(c.seq)
+            .where(
+                c.session_id == self.sid,
+                c.scope == scope,
+                c.namespace == namespace,
+                c.key == key,
+                c.seq <= cutoff,
+            )
+            .order_by(c.seq.desc())
+            .limit(1)
+        ).first()
+        return None if row is None else int(row[0])
+
+    def scan_values(
+        self, scope: str, *, namespace: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[tuple[str, str, int, str]]:
+        v = t.values.c
+        q = sa.select(v.namespace, v.key, v.seq, v.value).where(
+            v.session_id == self.sid, v.scope == scope
+        )
+        if namespace is not None:
+            q = q.where(v.namespace == namespace)
+        if after is not None:
+            q = q.where(sa.tuple_(v.namespace, v.key) > sa.tuple_(*after))
+        q = q.order_by(v.namespace, v.key).limit(limit)
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in self._c.execute(q)]

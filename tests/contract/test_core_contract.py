@@ -176,7 +176,7 @@ async def test_illegal_context_edits_are_rejected_without_writing(backend: Backe
     ]
     for error, build in cases:
         with pytest.raises(error):
-            await h.command(build)  # type: ignore[arg-type]
+            await h.command(build)  # type: ignore[call-overload]
     assert h.head() == head
     assert await c.snapshot() == snap
     await h.close()

@@ -30,16 +30,17 @@ class FaultyStorage:
         self.inner = inner
         self.session_id = inner.session_id
         self.reads = inner.reads
+        self.state = inner.state
         self.fail: str | None = None
 
     def load(self, aggregate_id: Any) -> Aggregate | None:
         result: Aggregate | None = self.inner.load(aggregate_id)
         return result
 
-    def save(self, aggregates: Sequence[Aggregate]) -> None:
+    def save(self, aggregates: Sequence[Aggregate], *, working: Sequence[Any] = ()) -> None:
         if self.fail == "before":
             raise OSError("disk unplugged before the write")
-        self.inner.save(aggregates)
+        self.inner.save(aggregates, working=working)
         if self.fail == "after":
             raise OSError("connection lost after the commit")
 

@@ -1,0 +1,194 @@
+"""Typed state addresses (§4.1, §9.2).
+
+An address binds a namespace, an optional key, a scope and a rewind policy; its payload
+type comes from the address and is validated (pydantic ``TypeAdapter``) at write time, in
+strict mode so a write never coerces a value into a different type, and again at read time.
+No global registration: create addresses where you need them; defaults belong at the read
+site (``get_value(address, default=...)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from pico.domain.errors import AddressPolicyError, CommandRejectedError, InvalidJsonError
+from pico.domain.json import dumps
+from pico.domain.state import (
+    SESSION_SCOPE,
+    check_namespace,
+    conversation_scope,
+    working_scope_id,
+)
+
+__all__ = [
+    "Address",
+    "ConversationList",
+    "ConversationValue",
+    "SessionList",
+    "SessionValue",
+    "WorkingList",
+    "WorkingScope",
+    "WorkingValue",
+    "conversation_list",
+    "conversation_value",
+    "session_list",
+    "session_value",
+    "working_list",
+    "working_scope",
+    "working_value",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Address(Generic[T]):
+    namespace: str
+    type_: Any = Any
+    key: str | None = None
+    _adapter: TypeAdapter[Any] = field(init=False, repr=False, compare=False)
+
+    scope_kind = "session"
+    kind = "value"
+
+    def __post_init__(self) -> None:
+        if self.key is not None and (not isinstance(self.key, str) or self.key == ""):
+            raise CommandRejectedError("an address key must be a non-empty string or None")
+        check_namespace(self.namespace, core=True)
+        object.__setattr__(self, "_adapter", TypeAdapter(self.type_))
+
+    @property
+    def rewind(self) -> bool:
+        return False
+
+    @property
+    def storage_key(self) -> str:
+        return self.key or ""
+
+    def encode(self, value: Any) -> str:
+        """Validate ``value`` strictly against the address type; return its JSON text."""
+        try:
+            valid = self._adapter.validate_python(value, strict=True)
+        except ValidationError as exc:
+            raise InvalidJsonError(
+                f"value for {self.namespace!r} does not match its address type "
+                f"{self.type_!r}: {exc.errors()[0]['msg']}"
+            ) from exc
+        return dumps(self._adapter.dump_python(valid, mode="json"), what=self.namespace)
+
+    def decode(self, text: str) -> T:
+        result: T = self._adapter.validate_json(text)
+        return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionValue(Address[T]):
+    """Session-wide, sticky: one current value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionList(Address[T]):
+    kind = "list"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationValue(Address[T]):
+    """Per conversation; ``rewind=True`` keeps history that forks inherit (§4.4)."""
+
+    rewind_policy: bool = True
+    scope_kind = "conversation"
+
+    @property
+    def rewind(self) -> bool:
+        return self.rewind_policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationList(ConversationValue[T]):
+    kind = "list"
+
+
+@dataclass(frozen=True)
+class WorkingScope:
+    """A named working lifetime (§4.6), e.g. one per task attempt."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise CommandRejectedError("a working scope needs a non-empty name")
+
+    @property
+    def scope_id(self) -> str:
+        return working_scope_id(self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkingValue(Address[T]):
+    scope: WorkingScope
+    scope_kind = "working"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkingList(WorkingValue[T]):
+    kind = "list"
+
+
+def session_value(namespace: str, type_: Any = Any, *, key: str | None = None) -> SessionValue[Any]:
+    return SessionValue(namespace=namespace, type_=type_, key=key)
+
+
+def session_list(namespace: str, type_: Any = Any, *, key: str | None = None) -> SessionList[Any]:
+    return SessionList(namespace=namespace, type_=type_, key=key)
+
+
+def conversation_value(
+    namespace: str, type_: Any = Any, *, key: str | None = None, rewind: bool = True
+) -> ConversationValue[Any]:
+    return ConversationValue(namespace=namespace, type_=type_, key=key, rewind_policy=rewind)
+
+
+def conversation_list(
+    namespace: str, type_: Any = Any, *, key: str | None = None, rewind: bool = True
+) -> ConversationList[Any]:
+    return ConversationList(namespace=namespace, type_=type_, key=key, rewind_policy=rewind)
+
+
+def working_scope(name: str) -> WorkingScope:
+    return WorkingScope(name)
+
+
+def working_value(
+    namespace: str, type_: Any = Any, *, scope: WorkingScope, key: str | None = None
+) -> WorkingValue[Any]:
+    return WorkingValue(namespace=namespace, type_=type_, key=key, scope=scope)
+
+
+def working_list(
+    namespace: str, type_: Any = Any, *, scope: WorkingScope, key: str | None = None
+) -> WorkingList[Any]:
+    return WorkingList(namespace=namespace, type_=type_, key=key, scope=scope)
+
+
+def scope_of(address: Address[Any], conversation_id: int | None) -> str:
+    """The storage scope of an address, checking the scope fits the call."""
+    if isinstance(address, WorkingValue):
+        if conversation_id is not None:
+            raise AddressPolicyError("a working address is not bound to a conversation")
+        return address.scope.scope_id
+    if isinstance(address, ConversationValue):
+        if conversation_id is None:
+            raise AddressPolicyError(
+                f"{address.namespace!r} is a conversation address; use it through a "
+                "conversation (conversation.set_value / tx.set_value(..., conversation_id=))"
+            )
+        return conversation_scope(conversation_id)
+    if conversation_id is not None:
+        raise AddressPolicyError(
+            f"{address.namespace!r} is a session address; it cannot be used as a "
+            "conversation address"
+        )
+    return SESSION_SCOPE
