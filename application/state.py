@@ -10,7 +10,7 @@ site (``get_value(address, default=...)``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -137,23 +137,55 @@ class WorkingList(WorkingValue[T]):
     kind = "list"
 
 
+@overload
+def session_value(namespace: str, type_: type[T], *, key: str | None = None) -> SessionValue[T]: ...
+@overload
+def session_value(
+    namespace: str, type_: Any = ..., *, key: str | None = None
+) -> SessionValue[Any]: ...
 def session_value(namespace: str, type_: Any = Any, *, key: str | None = None) -> SessionValue[Any]:
+    """A sticky session-wide value (§4.1)."""
     return SessionValue(namespace=namespace, type_=type_, key=key)
 
 
+@overload
+def session_list(namespace: str, type_: type[T], *, key: str | None = None) -> SessionList[T]: ...
+@overload
+def session_list(
+    namespace: str, type_: Any = ..., *, key: str | None = None
+) -> SessionList[Any]: ...
 def session_list(namespace: str, type_: Any = Any, *, key: str | None = None) -> SessionList[Any]:
+    """A sticky session-wide list."""
     return SessionList(namespace=namespace, type_=type_, key=key)
 
 
+@overload
+def conversation_value(
+    namespace: str, type_: type[T], *, key: str | None = None, rewind: bool = True
+) -> ConversationValue[T]: ...
+@overload
+def conversation_value(
+    namespace: str, type_: Any = ..., *, key: str | None = None, rewind: bool = True
+) -> ConversationValue[Any]: ...
 def conversation_value(
     namespace: str, type_: Any = Any, *, key: str | None = None, rewind: bool = True
 ) -> ConversationValue[Any]:
+    """A per-conversation value; rewindable ones keep history that forks inherit."""
     return ConversationValue(namespace=namespace, type_=type_, key=key, rewind_policy=rewind)
 
 
+@overload
+def conversation_list(
+    namespace: str, type_: type[T], *, key: str | None = None, rewind: bool = True
+) -> ConversationList[T]: ...
+@overload
+def conversation_list(
+    namespace: str, type_: Any = ..., *, key: str | None = None, rewind: bool = True
+) -> ConversationList[Any]: ...
 def conversation_list(
     namespace: str, type_: Any = Any, *, key: str | None = None, rewind: bool = True
 ) -> ConversationList[Any]:
+    """A per-conversation list; element ids are sequence numbers (the cursor)."""
     return ConversationList(namespace=namespace, type_=type_, key=key, rewind_policy=rewind)
 
 
@@ -161,12 +193,29 @@ def working_scope(name: str) -> WorkingScope:
     return WorkingScope(name)
 
 
+@overload
+def working_value(
+    namespace: str, type_: type[T], *, scope: WorkingScope, key: str | None = None
+) -> WorkingValue[T]: ...
+@overload
+def working_value(
+    namespace: str, type_: Any = ..., *, scope: WorkingScope, key: str | None = None
+) -> WorkingValue[Any]: ...
 def working_value(
     namespace: str, type_: Any = Any, *, scope: WorkingScope, key: str | None = None
 ) -> WorkingValue[Any]:
+    """A value in a working scope: survives restart until the scope is retired (§4.6)."""
     return WorkingValue(namespace=namespace, type_=type_, key=key, scope=scope)
 
 
+@overload
+def working_list(
+    namespace: str, type_: type[T], *, scope: WorkingScope, key: str | None = None
+) -> WorkingList[T]: ...
+@overload
+def working_list(
+    namespace: str, type_: Any = ..., *, scope: WorkingScope, key: str | None = None
+) -> WorkingList[Any]: ...
 def working_list(
     namespace: str, type_: Any = Any, *, scope: WorkingScope, key: str | None = None
 ) -> WorkingList[Any]:

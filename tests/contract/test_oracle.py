@@ -19,7 +19,7 @@ import pico
 from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import project
-from pico.projections.queries import Queries
+from pico.projections.queries import Queries, StateQueries
 from tests.backends import BACKENDS, make_backend, postgres_url
 
 # One step of a history: (operation, conversation pick, argument picks).
@@ -44,6 +44,13 @@ step = st.tuples(
     st.integers(min_value=0, max_value=50),
 )
 
+
+PLAN = pico.conversation_value("plugin.plan", int)
+EXPANDED = pico.conversation_value("ui.expanded", bool, rewind=False)
+MOVES = pico.conversation_list("game.moves", int)
+NOTES = pico.conversation_list("ui.notes", int, rewind=False)
+NAME = pico.session_value("app.name", int)
+TAGS = pico.session_list("app.tags", int)
 
 # Every operation at least once, forks of forks, compaction after a fork, deletes.
 RICH_HISTORY = [
@@ -119,15 +126,76 @@ async def _apply(h: pico.Harness, steps: list[tuple[str, int, int]]) -> None:
                 await c.append_context([10**9])
             elif op == "delete" and cid != convs[0]:
                 await h.delete_conversation(cid)
+            elif op == "value_set":
+                await c.set_value(PLAN, arg)
+            elif op == "value_delete":
+                await c.delete_value(PLAN)
+            elif op == "sticky_set":
+                await c.set_value(EXPANDED, arg % 2 == 0)
+            elif op == "list_append":
+                await c.append_list(MOVES, arg)
+            elif op == "list_clear":
+                await c.clear_list(MOVES)
+            elif op == "sticky_list":
+                if arg % 3 == 0:
+                    await c.clear_list(NOTES)
+                else:
+                    await c.append_list(NOTES, arg)
+            elif op == "session_set":
+                await h.set_value(NAME, arg)
+                await h.append_list(TAGS, arg)
+            elif op == "value_only":
+
+                def values(tx: pico.Command, cid: int = cid, n: int = arg) -> None:
+                    tx.set_value(PLAN, n, conversation_id=cid)
+                    tx.append_list(MOVES, n, conversation_id=cid)
+                    tx.append_list(MOVES, n + 1, conversation_id=cid)
+                    if n % 2:
+                        tx.clear_list(MOVES, conversation_id=cid)
+                    tx.set_value(EXPANDED, True, conversation_id=cid)
+
+                await h.command(values)
+            elif op == "fork_independent":
+                convs.append((await c.fork(as_of=h.main_head(), inherit_state=False)).id)
+            elif op == "fork_chain":
+                cur = c
+                for _ in range(arg % 4 + 2):
+                    await cur.set_value(PLAN, arg)
+                    cur = await cur.fork(as_of=h.main_head(), sticky=[EXPANDED])
+                    convs.append(cur.id)
+            elif op == "bad_policy":
+                await c.set_value(pico.conversation_value("plugin.plan", int, rewind=False), 1)
         except pico.CommandRejectedError:
             pass  # rejected commands must leave no trace; the comparison checks it
 
 
-def _oracle(storage: EventSourcedStorage) -> Queries:
+def _oracle(storage: EventSourcedStorage) -> tuple[Queries, StateQueries]:
     store = MemoryReadStore(storage.session_id)
     for batch in storage.replay():
         store.apply(project(batch))
-    return Queries(store)
+    return Queries(store), StateQueries(store)
+
+
+def _state_view(sq: StateQueries, ids: list[int], boundaries: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "session name": sq.get_value("session", NAME.namespace, "", rewind=False),
+        "session tags": sq.read_list("session", TAGS.namespace, "", rewind=False, limit=1000),
+        "session scan": sq.scan_values("session", limit=1000),
+    }
+    for cid in ids:
+        scope = f"conversation/{cid}"
+        out[f"expanded {cid}"] = sq.get_value(scope, EXPANDED.namespace, "", rewind=False)
+        out[f"notes {cid}"] = sq.read_list(scope, NOTES.namespace, "", rewind=False, limit=1000)
+        out[f"scan {cid}"] = sq.scan_values(scope, limit=1000)
+        for p in [None, *boundaries]:
+            out[f"plan {cid}@{p}"] = sq.get_value(scope, PLAN.namespace, "", rewind=True, as_of=p)
+            out[f"moves {cid}@{p}"] = sq.read_list(
+                scope, MOVES.namespace, "", rewind=True, as_of=p, limit=1000
+            )
+            out[f"moves desc {cid}@{p}"] = sq.read_list(
+                scope, MOVES.namespace, "", rewind=True, as_of=p, order="desc", limit=2
+            )
+    return out
 
 
 def _view(q: Any, ids: list[int], boundaries: list[int]) -> dict[str, Any]:
@@ -163,8 +231,11 @@ async def _check(url: str, session: str, steps: list[tuple[str, int, int]]) -> N
         }
     )
     assert h.head() == head == (boundaries[-1] if boundaries else 0)
+    queries, state = _oracle(storage)
     backend_view = _view(storage.queries, ids, boundaries)
-    oracle_view = _view(_oracle(storage), ids, boundaries)
+    oracle_view = _view(queries, ids, boundaries)
+    backend_view.update(_state_view(storage.state_queries, ids, boundaries))
+    oracle_view.update(_state_view(state, ids, boundaries))
     # Everything, including the owner of the latest claim, must be equal.
     assert backend_view.keys() == oracle_view.keys()
     for k in backend_view:

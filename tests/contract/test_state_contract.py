@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import pico
@@ -36,7 +38,7 @@ async def test_values_round_trip_typed_and_null_is_not_absence(backend: Backend)
     # Check: the address type is enforced on write, strictly.
     head = h.head()
     with pytest.raises(pico.InvalidJsonError):
-        await c.set_value(PLAN, 1)  # type: ignore[arg-type]
+        await c.set_value(PLAN, 1)  # type: ignore[misc]
     with pytest.raises(pico.InvalidJsonError):
         await c.set_value(pico.conversation_value("x.f", float), float("nan"))
     assert h.head() == head
@@ -310,7 +312,7 @@ async def test_working_scopes(backend: Backend) -> None:
 
     def two_scopes(tx: pico.WorkingCommand) -> None:
         tx.append_list(frames, "ok")
-        tx.set_value(pico.working_value("x", int, scope=other), 1)  # type: ignore[arg-type]
+        tx.set_value(pico.working_value("x", int, scope=other), 1)
 
     with pytest.raises(pico.WorkingScopeError):
         await h.command(work, two_scopes)
@@ -351,7 +353,7 @@ async def test_request_keys_map_inside_one_command(backend: Backend) -> None:
     h = await backend.open()
     c = await h.root()
 
-    def accept(text: str, key: str) -> object:
+    def accept(text: str, key: str) -> Callable[[Command], tuple[int, bool]]:
         def build(tx: Command) -> tuple[int, bool]:
             return tx.claim_request_key(
                 key,
@@ -362,14 +364,14 @@ async def test_request_keys_map_inside_one_command(backend: Backend) -> None:
 
         return build
 
-    first, created = await h.command(accept("hello", "client-42"))  # type: ignore[arg-type]
+    first, created = await h.command(accept("hello", "client-42"))
     assert created
     head = h.head()
     # Check: the retry (reply lost) returns the original id and writes nothing.
-    again, created_again = await h.command(accept("hello", "client-42"))  # type: ignore[arg-type]
+    again, created_again = await h.command(accept("hello", "client-42"))
     assert (again, created_again) == (first, False) and h.head() == head
     with pytest.raises(pico.RequestKeyConflictError):
-        await h.command(accept("different", "client-42"))  # type: ignore[arg-type]
+        await h.command(accept("different", "client-42"))
     other = await h.command(lambda tx: tx.create_conversation())
 
     def elsewhere(tx: Command) -> tuple[int, bool]:
