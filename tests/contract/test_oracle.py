@@ -38,6 +38,17 @@ step = st.tuples(
             "tool_exchange",
             "bad_append",
             "delete",
+            "value_set",
+            "value_delete",
+            "sticky_set",
+            "list_append",
+            "list_clear",
+            "sticky_list",
+            "session_set",
+            "value_only",
+            "fork_independent",
+            "fork_chain",
+            "bad_policy",
         ]
     ),
     st.integers(min_value=0, max_value=50),
@@ -78,6 +89,22 @@ RICH_HISTORY = [
     ("append", 0, 9),
     ("tool_exchange", 2, 7),
     ("compact", 2, 2),
+    ("value_set", 0, 1),
+    ("list_append", 0, 1),
+    ("value_only", 0, 2),
+    ("fork_entry", 0, 9),
+    ("value_delete", 0, 0),
+    ("list_clear", 0, 0),
+    ("list_append", 0, 3),
+    ("fork_chain", 4, 2),
+    ("sticky_set", 4, 1),
+    ("sticky_list", 4, 1),
+    ("session_set", 0, 4),
+    ("value_set", 5, 8),
+    ("fork_independent", 0, 1),
+    ("list_append", 6, 5),
+    ("value_set", 0, 7),
+    ("bad_policy", 0, 0),
 ]
 
 
@@ -235,6 +262,15 @@ async def _check(url: str, session: str, steps: list[tuple[str, int, int]]) -> N
     backend_view = _view(storage.queries, ids, boundaries)
     oracle_view = _view(queries, ids, boundaries)
     backend_view.update(_state_view(storage.state_queries, ids, boundaries))
+    if steps is RICH_HISTORY:  # guard against a history that silently wrote nothing
+        events = {r.event for r in h.audit(limit=100000)}
+        assert {
+            "Conversation.ValueSet",
+            "Conversation.ValueDeleted",
+            "Conversation.ListCleared",
+            "Session.ValueSet",
+            "Conversation.ContextPrefixReplaced",
+        } <= events
     oracle_view.update(_state_view(state, ids, boundaries))
     # Everything, including the owner of the latest claim, must be equal.
     assert backend_view.keys() == oracle_view.keys()
