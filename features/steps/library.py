@@ -7,6 +7,7 @@ the world maps them to the ids the session allocated. Steps never touch the data
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,3 +287,123 @@ def nothing_written(world: World) -> None:
     assert world.head_before is not None
     current = world.others[-1] if world.others else world.h  # the newest owner
     assert current.head() == world.head_before
+
+
+# ------------------------------------------------------------------ scoped state (§4)
+
+_ADDRESS_KINDS: dict[str, Callable[[str], Any]] = {
+    "rewindable conversation value": lambda n: pico.conversation_value(n),
+    "sticky conversation value": lambda n: pico.conversation_value(n, rewind=False),
+    "rewindable conversation list": lambda n: pico.conversation_list(n),
+    "sticky conversation list": lambda n: pico.conversation_list(n, rewind=False),
+    "session value": lambda n: pico.session_value(n),
+}
+_addresses: dict[int, dict[str, Any]] = {}
+
+
+def _address(world: World, name: str) -> Any:
+    found = _addresses.get(id(world), {}).get(name)
+    if found is None:
+        raise AssertionError(f"no state address called {name!r} was declared in this scenario")
+    return found
+
+
+def _json(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+@given(parsers.parse('"{name}" is a {kind}'))
+def declare_address(world: World, name: str, kind: str) -> None:
+    _addresses.setdefault(id(world), {})[name] = _ADDRESS_KINDS[kind](f"feature.{name}")
+
+
+@given(parsers.parse('"{conv}" sets "{name}" to {value}'))
+@when(parsers.parse('"{conv}" sets "{name}" to {value}'))
+def sets_value(world: World, conv: str, name: str, value: str) -> None:
+    world.run(world.conv(conv).set_value(_address(world, name), _json(value)))
+
+
+@when(parsers.parse('"{conv}" deletes "{name}"'))
+def deletes_value(world: World, conv: str, name: str) -> None:
+    world.run(world.conv(conv).delete_value(_address(world, name)))
+
+
+@given(parsers.parse('"{conv}" appends {value} to "{name}"'))
+@when(parsers.parse('"{conv}" appends {value} to "{name}"'))
+def appends_item(world: World, conv: str, value: str, name: str) -> None:
+    world.run(world.conv(conv).append_list(_address(world, name), _json(value)))
+
+
+@given(parsers.parse('"{conv}" clears "{name}"'))
+@when(parsers.parse('"{conv}" clears "{name}"'))
+def clears_list(world: World, conv: str, name: str) -> None:
+    world.run(world.conv(conv).clear_list(_address(world, name)))
+
+
+@when(parsers.parse('"{new}" is forked from "{source}" at entry "{entry}" copying "{names}"'))
+def fork_copying(world: World, new: str, source: str, entry: str, names: str) -> None:
+    sticky = [_address(world, n) for n in _names(names)]
+    handle = world.run(world.conv(source).fork(at_entry=world.id(entry), sticky=sticky))
+    world.names[new] = handle.id
+
+
+@then(parsers.parse('"{conv}" reads "{name}" as {value}'))
+def reads_value(world: World, conv: str, name: str, value: str) -> None:
+    address = _address(world, name)
+    if value == "absent":
+        assert world.run(world.conv(conv).get_stored(address)) is None
+        return
+    if address.kind == "list":
+        page = world.run(world.conv(conv).read_list(address, limit=1000))
+        assert [e.value for e in page.items] == _json(value)
+    else:
+        stored = world.run(world.conv(conv).get_stored(address))
+        assert stored is not None, f"{name} is absent in {conv}"
+        assert stored.value == _json(value)
+
+
+@then(parsers.parse('"{conv}" read "{name}" at position "{position}" as {value}'))
+def reads_at(world: World, conv: str, name: str, position: str, value: str) -> None:
+    address = _address(world, name)
+    at = world.positions[position]
+    page = world.run(world.conv(conv).read_list(address, as_of=at, limit=1000))
+    assert [e.value for e in page.items] == _json(value)
+
+
+@when(parsers.parse('task "{scope}" records the frames {values}'))
+def records_frames(world: World, scope: str, values: str) -> None:
+    ws = pico.working_scope(scope)
+    frames = pico.working_list("feature.frames", scope=ws)
+
+    def build(tx: pico.WorkingCommand) -> None:
+        for v in _json(values):
+            tx.append_list(frames, v)
+
+    world.run(world.h.command(ws, build))
+
+
+@when(parsers.parse('"{conv}" settles task "{scope}" with the answer "{name}"'))
+def settles(world: World, conv: str, scope: str, name: str) -> None:
+    cid = world.id(conv)
+
+    def build(tx: pico.Command) -> int:
+        entry = tx.append_entry(cid, "assistant", name)
+        tx.append_context(cid, [entry])
+        tx.retire_working_scope(pico.working_scope(scope))
+        return entry
+
+    world.names[name] = world.run(world.h.command(build))
+
+
+@then(parsers.parse('the frames of task "{scope}" are {values}'))
+def frames_are(world: World, scope: str, values: str) -> None:
+    frames = pico.working_list("feature.frames", scope=pico.working_scope(scope))
+    page = world.run(world.h.read_list(frames, limit=1000))
+    assert [e.value for e in page.items] == _json(values)
+
+
+@then("the main history did not advance")
+def main_history_unchanged(world: World) -> None:
+    assert world.h.main_head() == world.positions["before working"]
