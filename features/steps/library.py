@@ -28,6 +28,7 @@ class World:
     error: Exception | None = None
     head_before: int | None = None
     others: list[pico.Harness] = field(default_factory=list)
+    addresses: dict[str, Any] = field(default_factory=dict)
 
     def run(self, coro: Any) -> Any:
         return self.runner.run(coro)
@@ -298,11 +299,9 @@ _ADDRESS_KINDS: dict[str, Callable[[str], Any]] = {
     "sticky conversation list": lambda n: pico.conversation_list(n, rewind=False),
     "session value": lambda n: pico.session_value(n),
 }
-_addresses: dict[int, dict[str, Any]] = {}
-
 
 def _address(world: World, name: str) -> Any:
-    found = _addresses.get(id(world), {}).get(name)
+    found = world.addresses.get(name)
     if found is None:
         raise AssertionError(f"no state address called {name!r} was declared in this scenario")
     return found
@@ -316,7 +315,7 @@ def _json(text: str) -> Any:
 
 @given(parsers.parse('"{name}" is a {kind}'))
 def declare_address(world: World, name: str, kind: str) -> None:
-    _addresses.setdefault(id(world), {})[name] = _ADDRESS_KINDS[kind](f"feature.{name}")
+    world.addresses[name] = _ADDRESS_KINDS[kind](f"feature.{name}")
 
 
 @given(parsers.parse('"{conv}" sets "{name}" to {value}'))
