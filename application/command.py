@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pico.application.state import (
     Address,
+    ConversationList,
     ConversationValue,
     SessionValue,
     WorkingList,
@@ -665,6 +666,49 @@ class ConversationCommand:
 
     def snapshot(self) -> ConversationSnapshot | None:
         return self.tx.get_conversation(self.conversation_id)
+
+    def set_value(self, address: ConversationValue[T], value: T) -> None:
+        self.tx.set_value(address, value, conversation_id=self.conversation_id)
+
+    def delete_value(self, address: ConversationValue[Any]) -> None:
+        self.tx.delete_value(address, conversation_id=self.conversation_id)
+
+    def append_list(self, address: ConversationList[T], value: T) -> int:
+        return self.tx.append_list(address, value, conversation_id=self.conversation_id)
+
+    def clear_list(self, address: ConversationList[Any]) -> None:
+        self.tx.clear_list(address, conversation_id=self.conversation_id)
+
+    def get_value(
+        self,
+        address: ConversationValue[T],
+        *,
+        as_of: int | None = None,
+        default: T | None = None,
+    ) -> T | None:
+        return self.tx.get_value(
+            address, conversation_id=self.conversation_id, as_of=as_of, default=default
+        )
+
+    def read_list(
+        self,
+        address: ConversationList[T],
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+        as_of: int | None = None,
+    ) -> Page[ListElement[T]]:
+        return self.tx.read_list(
+            address,
+            conversation_id=self.conversation_id,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
+            as_of=as_of,
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tx, name)

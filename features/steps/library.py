@@ -300,6 +300,7 @@ _ADDRESS_KINDS: dict[str, Callable[[str], Any]] = {
     "session value": lambda n: pico.session_value(n),
 }
 
+
 def _address(world: World, name: str) -> Any:
     found = world.addresses.get(name)
     if found is None:
