@@ -346,14 +346,37 @@ class SqlProjectionWriter:
         self.q = sql
         self.sid = session_id
         self.dialect = dialect
+        # Consecutive writes of one statement go out as one executemany (psycopg pipelines
+        # them); the buffer is flushed before every read and at the end, so order holds.
+        self._pending: list[tuple[Any, ...]] = []
+        self._pending_sql: str | None = None
 
     def _x(self, statement: str, params: tuple[Any, ...]) -> None:
+        if statement is not self._pending_sql:
+            self._flush()
+            self._pending_sql = statement
+        self._pending.append(params)
+
+    def _flush(self) -> None:
+        if self._pending_sql is not None and self._pending:
+            if len(self._pending) == 1:
+                self.cur.execute(self.q(self._pending_sql), self._pending[0])
+            else:
+                self.cur.executemany(self.q(self._pending_sql), self._pending)
+        self._pending = []
+        self._pending_sql = None
+
+    def _read_one(self, statement: str, params: tuple[Any, ...]) -> Any:
+        self._flush()
         self.cur.execute(self.q(statement), params)
+        row = self.cur.fetchone()
+        return None if row is None else row[0]
 
     def apply(self, ops: Sequence[RowOp]) -> None:
         sid = self.sid
         entries: list[tuple[Any, ...]] = []
         edits: list[tuple[Any, ...]] = []
+        establish: set[tuple[Any, ...]] = set()
         for op in ops:
             if isinstance(op, PutEntry):
                 entries.append(
@@ -418,10 +441,8 @@ class SqlProjectionWriter:
             elif isinstance(op, DeleteConversation):
                 self._x(_DELETED, (op.seq, sid, op.conversation_id))
             elif isinstance(op, EstablishAddress):
-                self._x(
-                    _ESTABLISH[self.dialect],
-                    (sid, op.scope_kind, op.kind, op.namespace, op.key, op.rewind),
-                )
+                # Idempotent: written once per batch, after the other rows.
+                establish.add((sid, op.scope_kind, op.kind, op.namespace, op.key, op.rewind))
             elif isinstance(op, PutValue):
                 self._x(_UPSERT_VALUE, (sid, op.scope, op.namespace, op.key, op.seq, op.value))
             elif isinstance(op, DropValue):
@@ -447,6 +468,9 @@ class SqlProjectionWriter:
                 self._x(_OWNER, (op.owner, sid))
             elif isinstance(op, PutRoot):
                 self._x(_ROOT, (op.conversation_id, sid))
+        self._flush()
+        if establish:
+            self.cur.executemany(self.q(_ESTABLISH[self.dialect]), sorted(establish))
         if entries:
             self.cur.executemany(self.q(_INSERT_ENTRY), entries)
         if edits:
@@ -468,20 +492,19 @@ class SqlProjectionWriter:
 
     def _insert_elements(self, cid: int, start: int, ids: Sequence[int]) -> None:
         if ids:
+            self._flush()
             self.cur.executemany(
                 self.q(_INSERT_ELEMENT), [(self.sid, cid, start + i, e) for i, e in enumerate(ids)]
             )
 
     def _append_elements(self, cid: int, ids: Sequence[int]) -> None:
-        self._x(_LAST_POSITION, (self.sid, cid))
-        last = self.cur.fetchone()[0]
+        last = self._read_one(_LAST_POSITION, (self.sid, cid))
         self._insert_elements(cid, 0 if last is None else last + 1, ids)
 
     def _replace(self, op: ReplacePrefix) -> None:
         cid = op.conversation_id
         # The position of the last replaced element; the retained suffix is not rewritten.
-        self._x(_PIVOT, (self.sid, cid, op.removed - 1))
-        pivot = self.cur.fetchone()[0]
+        pivot = self._read_one(_PIVOT, (self.sid, cid, op.removed - 1))
         self._x(_DELETE_THROUGH, (self.sid, cid, pivot))
         self._insert_elements(cid, pivot - len(op.replacement) + 1, op.replacement)
         self._x(_REVISION, (op.revision, self.sid, cid))
