@@ -511,82 +511,97 @@ class SqlProjectionWriter:
 
 
 class SqlReadStore:
-    """The ``ReadStore`` primitives as indexed SQL queries for one session."""
+    """The ``ReadStore`` primitives as indexed SQL queries for one session.
+
+    Each logical read runs in one read transaction (one snapshot); statements are
+    precompiled text executed on that transaction's DBAPI connection, because building
+    SQLAlchemy expressions cost ~10x the query itself on these point lookups.
+    """
 
     def __init__(self, db: SqlDatabase, session_id: str) -> None:
         self.db = db
         self.sid = session_id
         self._local = threading.local()
+        self._pg = db.dialect == "postgresql"
 
     @contextmanager
     def read(self) -> Iterator[None]:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:  # nested logical read: same snapshot
+        cur: Any = getattr(self._local, "cur", None)
+        if cur is not None:  # nested logical read: same snapshot
             yield
             return
         with self.db.reader.connect() as conn, conn.begin():
-            self._local.conn = conn
+            self._local.cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
                 yield
             finally:
-                self._local.conn = None
+                self._local.cur.close()
+                self._local.cur = None
 
-    @property
-    def _c(self) -> Connection:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+    def _rows(self, statement: str, params: Sequence[Any]) -> list[Any]:
+        cur: Any = getattr(self._local, "cur", None)
+        if cur is None:
             raise RuntimeError("SqlReadStore primitives run inside read()")
-        return conn
+        cur.execute(statement.replace("?", "%s") if self._pg else statement, tuple(params))
+        rows: list[Any] = cur.fetchall()
+        return rows
+
+    def _one(self, statement: str, params: Sequence[Any]) -> Any:
+        rows = self._rows(statement, params)
+        return rows[0] if rows else None
+
+    @staticmethod
+    def _marks(n: int) -> str:
+        return ", ".join("?" * n)
 
     def meta(self) -> SessionMeta | None:
-        s = t.sessions.c
-        row = self._c.execute(
-            sa.select(s.head, s.main_head, s.root_id, s.owner).where(s.session_id == self.sid)
-        ).first()
+        row = self._one(
+            "SELECT head, main_head, root_id, owner FROM pico_sessions WHERE session_id = ?",
+            (self.sid,),
+        )
         return None if row is None else SessionMeta(self.sid, row[0], row[1], row[2], row[3])
 
     def is_main_boundary(self, position: int) -> bool:
-        c = t.commits.c
-        row = self._c.execute(
-            sa.select(c.scope).where(c.session_id == self.sid, c.last == position)
-        ).first()
+        row = self._one(
+            "SELECT scope FROM pico_commits WHERE session_id = ? AND last = ?", (self.sid, position)
+        )
         return row is not None and row[0] == "main"
 
-    def _conv_select(self) -> sa.Select[Any]:
-        c = t.conversations.c
-        return sa.select(
-            c.id,
-            c.created_seq,
-            c.source_conversation_id,
-            c.source_as_of,
-            c.inherit_state,
-            c.owner_task_id,
-            c.prefix_revision,
-            c.deleted_seq,
-        )
+    _CONV = (
+        "SELECT id, created_seq, source_conversation_id, source_as_of, inherit_state, "
+        "owner_task_id, prefix_revision, deleted_seq FROM pico_conversations "
+    )
+
+    @staticmethod
+    def _conv(r: Any) -> ConvRow:
+        return ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
 
     def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]:
-        if not ids:
-            return {}
-        c = t.conversations.c
-        q = self._conv_select().where(c.session_id == self.sid, c.id.in_(list(ids)))
-        return {
-            r[0]: ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
-            for r in self._c.execute(q)
-        }
+        out: dict[int, ConvRow] = {}
+        unique = sorted(set(ids))
+        for k in range(0, len(unique), 500):
+            chunk = unique[k : k + 500]
+            rows = self._rows(
+                self._CONV + f"WHERE session_id = ? AND id IN ({self._marks(len(chunk))})",
+                (self.sid, *chunk),
+            )
+            for r in rows:
+                out[r[0]] = self._conv(r)
+        return out
 
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
-        if not ids:
-            return {}
-        c = t.context_elements.c
-        q = (
-            sa.select(c.conversation_id, c.entry_id)
-            .where(c.session_id == self.sid, c.conversation_id.in_(list(ids)))
-            .order_by(c.conversation_id, c.position)
-        )
         out: dict[int, list[int]] = {i: [] for i in ids}
-        for cid, eid in self._c.execute(q):
-            out[cid].append(eid)
+        unique = sorted(set(ids))
+        for k in range(0, len(unique), 500):
+            chunk = unique[k : k + 500]
+            rows = self._rows(
+                "SELECT conversation_id, entry_id FROM pico_context_elements WHERE "
+                f"session_id = ? AND conversation_id IN ({self._marks(len(chunk))}) "
+                "ORDER BY conversation_id, position",
+                (self.sid, *chunk),
+            )
+            for cid, eid in rows:
+                out[cid].append(eid)
         return {k: tuple(v) for k, v in out.items()}
 
     def scan_conversation_rows(
@@ -599,44 +614,43 @@ class SqlReadStore:
         order: Order,
         limit: int,
     ) -> list[ConvRow]:
-        c = t.conversations.c
-        q = self._conv_select().where(c.session_id == self.sid)
-        if source is not None:
-            q = q.where(c.source_conversation_id == source)
-        if owner is not None:
-            q = q.where(c.owner_task_id == owner)
-        if gt is not None:
-            q = q.where(c.id > gt)
-        if lt is not None:
-            q = q.where(c.id < lt)
-        q = q.order_by(c.id if order == "asc" else c.id.desc()).limit(limit)
-        return [
-            ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
-            for r in self._c.execute(q)
-        ]
+        where: list[str] = ["session_id = ?"]
+        params: list[Any] = [self.sid]
+        for clause, value in (
+            ("source_conversation_id = ?", source),
+            ("owner_task_id = ?", owner),
+            ("id > ?", gt),
+            ("id < ?", lt),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        direction = "ASC" if order == "asc" else "DESC"
+        rows = self._rows(
+            self._CONV + f"WHERE {' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
+            (*params, limit),
+        )
+        return [self._conv(r) for r in rows]
 
-    def _entry_select(self, content: bool) -> sa.Select[Any]:
-        c = t.entries.c
-        cols = [c.id, c.conversation_id, c.kind, c.key, c.metadata, c.by_task_id, c.commit_end]
-        if content:
-            cols.append(c.content)
-        return sa.select(*cols)
+    def _entry_cols(self, content: bool) -> str:
+        cols = "id, conversation_id, kind, key, metadata, by_task_id, commit_end"
+        return cols + (", content" if content else "")
 
     @staticmethod
     def _entry(r: Any, content: bool) -> EntryRow:
         return EntryRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] if content else None)
 
     def entry_rows(self, ids: Sequence[int], *, content: bool) -> dict[int, EntryRow]:
-        if not ids:
-            return {}
-        c = t.entries.c
         out: dict[int, EntryRow] = {}
         unique = sorted(set(ids))
         for k in range(0, len(unique), 500):
-            q = self._entry_select(content).where(
-                c.session_id == self.sid, c.id.in_(unique[k : k + 500])
+            chunk = unique[k : k + 500]
+            rows = self._rows(
+                f"SELECT {self._entry_cols(content)} FROM pico_entries WHERE "
+                f"session_id = ? AND id IN ({self._marks(len(chunk))})",
+                (self.sid, *chunk),
             )
-            for r in self._c.execute(q):
+            for r in rows:
                 out[r[0]] = self._entry(r, content)
         return out
 
@@ -652,111 +666,81 @@ class SqlReadStore:
         key: str | None,
         content: bool,
     ) -> list[EntryRow]:
-        c = t.entries.c
-        q = self._entry_select(content).where(
-            c.session_id == self.sid, c.conversation_id == conversation_id
+        where = ["session_id = ?", "conversation_id = ?"]
+        params: list[Any] = [self.sid, conversation_id]
+        for clause, value in (
+            ("kind = ?", kind),
+            ("key = ?", key),
+            ("id > ?", gt),
+            ("id <= ?", le),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        direction = "ASC" if order == "asc" else "DESC"
+        rows = self._rows(
+            f"SELECT {self._entry_cols(content)} FROM pico_entries WHERE "
+            f"{' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
+            (*params, limit),
         )
-        if kind is not None:
-            q = q.where(c.kind == kind)
-        if key is not None:
-            q = q.where(c.key == key)
-        if gt is not None:
-            q = q.where(c.id > gt)
-        if le is not None:
-            q = q.where(c.id <= le)
-        q = q.order_by(c.id if order == "asc" else c.id.desc()).limit(limit)
-        return [self._entry(r, content) for r in self._c.execute(q)]
+        return [self._entry(r, content) for r in rows]
 
-    def _edit_select(self) -> sa.Select[Any]:
-        c = t.context_edits.c
-        return sa.select(c.conversation_id, c.seq, c.op, c.ids, c.removed, c.revision)
+    _EDIT = "SELECT conversation_id, seq, op, ids, removed, revision FROM pico_context_edits "
 
     @staticmethod
     def _edit(r: Any) -> EditRow:
         return EditRow(r[0], r[1], r[2], tuple(json.loads(r[3])), r[4], r[5])
 
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None:
-        c = t.context_edits.c
-        q = (
-            self._edit_select()
-            .where(
-                c.session_id == self.sid,
-                c.conversation_id == conversation_id,
-                c.base == sa.true(),
-                c.seq <= position,
-            )
-            .order_by(c.seq.desc())
-            .limit(1)
+        row = self._one(
+            self._EDIT + "WHERE session_id = ? AND conversation_id = ? AND "
+            "base = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (self.sid, conversation_id, True, position),
         )
-        row = self._c.execute(q).first()
         return None if row is None else self._edit(row)
 
     def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]:
-        c = t.context_edits.c
-        q = (
-            self._edit_select()
-            .where(
-                c.session_id == self.sid,
-                c.conversation_id == conversation_id,
-                c.seq > gt,
-                c.seq <= le,
-            )
-            .order_by(c.seq)
+        rows = self._rows(
+            self._EDIT + "WHERE session_id = ? AND conversation_id = ? AND "
+            "seq > ? AND seq <= ? ORDER BY seq",
+            (self.sid, conversation_id, gt, le),
         )
-        return [self._edit(r) for r in self._c.execute(q)]
+        return [self._edit(r) for r in rows]
 
     def revision_as_of(self, conversation_id: int, position: int) -> int:
-        c = t.context_edits.c
-        q = (
-            sa.select(c.revision)
-            .where(
-                c.session_id == self.sid, c.conversation_id == conversation_id, c.seq <= position
-            )
-            .order_by(c.seq.desc())
-            .limit(1)
+        row = self._one(
+            "SELECT revision FROM pico_context_edits WHERE session_id = ? AND "
+            "conversation_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (self.sid, conversation_id, position),
         )
-        row = self._c.execute(q).first()
         return 0 if row is None else int(row[0])
 
     # ------------------------------------------------------------------ state reads
     def address_policy(self, scope_kind: str, kind: str, namespace: str, key: str) -> bool | None:
-        a = t.addresses.c
-        row = self._c.execute(
-            sa.select(a.rewind).where(
-                a.session_id == self.sid,
-                a.scope_kind == scope_kind,
-                a.kind == kind,
-                a.namespace == namespace,
-                a.key == key,
-            )
-        ).first()
+        row = self._one(
+            "SELECT rewind FROM pico_addresses WHERE session_id = ? AND "
+            "scope_kind = ? AND kind = ? AND namespace = ? AND key = ?",
+            (self.sid, scope_kind, kind, namespace, key),
+        )
         return None if row is None else bool(row[0])
 
     def current_value(self, scope: str, namespace: str, key: str) -> tuple[int, str] | None:
-        v = t.values.c
-        row = self._c.execute(
-            sa.select(v.seq, v.value).where(
-                v.session_id == self.sid, v.scope == scope, v.namespace == namespace, v.key == key
-            )
-        ).first()
+        row = self._one(
+            "SELECT seq, value FROM pico_values WHERE session_id = ? AND "
+            "scope = ? AND namespace = ? AND key = ?",
+            (self.sid, scope, namespace, key),
+        )
         return None if row is None else (int(row[0]), str(row[1]))
 
     def value_version(
         self, conversation_id: int, namespace: str, key: str, cutoff: int
     ) -> tuple[int, str | None] | None:
-        v = t.value_versions.c
-        row = self._c.execute(
-            sa.select(v.seq, v.value)
-            .where(
-                v.session_id == self.sid,
-                v.conversation_id == conversation_id,
-                v.namespace == namespace,
-                v.key == key,
-                v.seq <= cutoff,
-            )
-            .order_by(v.seq.desc())
-            .limit(1)
-        ).first()
+        row = self._one(
+            "SELECT seq, value FROM pico_value_versions WHERE session_id = ? AND "
+            "conversation_id = ? AND namespace = ? AND key = ? AND seq <= ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (self.sid, conversation_id, namespace, key, cutoff),
+        )
         return None if row is None else (int(row[0]), row[1])
 
     def list_range(
@@ -770,43 +754,44 @@ class SqlReadStore:
         order: Order,
         limit: int,
     ) -> list[tuple[int, str]]:
-        e = t.list_elements.c
-        q = sa.select(e.id, e.value).where(
-            e.session_id == self.sid, e.scope == scope, e.namespace == namespace, e.key == key
-        )
+        where = ["session_id = ?", "scope = ?", "namespace = ?", "key = ?"]
+        params: list[Any] = [self.sid, scope, namespace, key]
         if gt is not None:
-            q = q.where(e.id > gt)
+            where.append("id > ?")
+            params.append(gt)
         if le is not None:
-            q = q.where(e.id <= le)
-        q = q.order_by(e.id if order == "asc" else e.id.desc()).limit(limit)
-        return [(int(r[0]), str(r[1])) for r in self._c.execute(q)]
+            where.append("id <= ?")
+            params.append(le)
+        direction = "ASC" if order == "asc" else "DESC"
+        rows = self._rows(
+            f"SELECT id, value FROM pico_list_elements WHERE "
+            f"{' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
+            (*params, limit),
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
 
     def last_clear(self, scope: str, namespace: str, key: str, cutoff: int) -> int | None:
-        c = t.list_clears.c
-        row = self._c.execute(
-            sa.select(c.seq)
-            .where(
-                c.session_id == self.sid,
-                c.scope == scope,
-                c.namespace == namespace,
-                c.key == key,
-                c.seq <= cutoff,
-            )
-            .order_by(c.seq.desc())
-            .limit(1)
-        ).first()
+        row = self._one(
+            "SELECT seq FROM pico_list_clears WHERE session_id = ? AND scope = ? "
+            "AND namespace = ? AND key = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (self.sid, scope, namespace, key, cutoff),
+        )
         return None if row is None else int(row[0])
 
     def scan_values(
         self, scope: str, *, namespace: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[tuple[str, str, int, str]]:
-        v = t.values.c
-        q = sa.select(v.namespace, v.key, v.seq, v.value).where(
-            v.session_id == self.sid, v.scope == scope
-        )
+        where = ["session_id = ?", "scope = ?"]
+        params: list[Any] = [self.sid, scope]
         if namespace is not None:
-            q = q.where(v.namespace == namespace)
+            where.append("namespace = ?")
+            params.append(namespace)
         if after is not None:
-            q = q.where(sa.tuple_(v.namespace, v.key) > sa.tuple_(*after))
-        q = q.order_by(v.namespace, v.key).limit(limit)
-        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in self._c.execute(q)]
+            where.append("(namespace > ? OR (namespace = ? AND key > ?))")
+            params.extend([after[0], after[0], after[1]])
+        rows = self._rows(
+            f"SELECT namespace, key, seq, value FROM pico_values WHERE "
+            f"{' AND '.join(where)} ORDER BY namespace, key LIMIT ?",
+            (*params, limit),
+        )
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
