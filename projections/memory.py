@@ -368,3 +368,45 @@ class MemoryReadStore:
             if len(out) >= limit:
                 break
         return out
+
+    # Batched forms used by the queries (one call per logical read).
+    def conversation_chain(self, conversation_id: int) -> list[ConvRow]:
+        out: list[ConvRow] = []
+        row = self._convs.get(conversation_id)
+        while row is not None:
+            out.append(row)
+            if row.source_conversation_id is None:
+                break
+            row = self._convs.get(row.source_conversation_id)
+        return out
+
+    def value_versions(
+        self, levels: Sequence[tuple[int, int]], namespace: str, key: str
+    ) -> list[tuple[int, str | None] | None]:
+        return [self.value_version(c, namespace, key, cut) for c, cut in levels]
+
+    def last_clears(
+        self, levels: Sequence[tuple[str, int]], namespace: str, key: str
+    ) -> list[int | None]:
+        return [self.last_clear(scope, namespace, key, cut) for scope, cut in levels]
+
+    def list_ranges(
+        self,
+        segments: Sequence[tuple[str, int | None, int]],
+        namespace: str,
+        key: str,
+        *,
+        order: Order,
+        limit: int,
+    ) -> list[tuple[int, str]]:
+        ordered = sorted(segments, key=lambda seg: seg[2], reverse=order == "desc")
+        out: list[tuple[int, str]] = []
+        for scope, lower, upper in ordered:
+            out.extend(
+                self.list_range(
+                    scope, namespace, key, gt=lower, le=upper, order=order, limit=limit - len(out)
+                )
+            )
+            if len(out) >= limit:
+                break
+        return out

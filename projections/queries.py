@@ -102,25 +102,26 @@ class ReadStore(Protocol):
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None: ...
     def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]: ...
     def revision_as_of(self, conversation_id: int, position: int) -> int: ...
+    def conversation_chain(self, conversation_id: int) -> list[ConvRow]: ...
+    def value_versions(
+        self, levels: Sequence[tuple[int, int]], namespace: str, key: str
+    ) -> list[tuple[int, str | None] | None]: ...
+    def last_clears(
+        self, levels: Sequence[tuple[str, int]], namespace: str, key: str
+    ) -> list[int | None]: ...
+    def list_ranges(
+        self,
+        segments: Sequence[tuple[str, int | None, int]],
+        namespace: str,
+        key: str,
+        *,
+        order: Order,
+        limit: int,
+    ) -> list[tuple[int, str]]: ...
     def address_policy(
         self, scope_kind: str, kind: str, namespace: str, key: str
     ) -> bool | None: ...
     def current_value(self, scope: str, namespace: str, key: str) -> tuple[int, str] | None: ...
-    def value_version(
-        self, conversation_id: int, namespace: str, key: str, cutoff: int
-    ) -> tuple[int, str | None] | None: ...
-    def list_range(
-        self,
-        scope: str,
-        namespace: str,
-        key: str,
-        *,
-        gt: int | None,
-        le: int | None,
-        order: Order,
-        limit: int,
-    ) -> list[tuple[int, str]]: ...
-    def last_clear(self, scope: str, namespace: str, key: str, cutoff: int) -> int | None: ...
     def scan_values(
         self, scope: str, *, namespace: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[tuple[str, str, int, str]]: ...
@@ -186,21 +187,7 @@ class Queries:
             return self._lineage(conversation_id)
 
     def _lineage(self, conversation_id: int) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        row = self.store.conversation_rows([conversation_id]).get(conversation_id)
-        if row is None:
-            raise UnknownConversationError(conversation_id)
-        cutoff: int | None = None
-        while row.source_conversation_id is not None and row.source_as_of is not None:
-            cutoff = row.source_as_of if cutoff is None else min(cutoff, row.source_as_of)
-            out.append((row.source_conversation_id, cutoff))
-            nxt = self.store.conversation_rows([row.source_conversation_id]).get(
-                row.source_conversation_id
-            )
-            if nxt is None:
-                break
-            row = nxt
-        return out
+        return transcript_lineage(self.store.conversation_chain(conversation_id), conversation_id)
 
     def get_conversations(
         self, ids: Sequence[int], as_of: int | None = None
@@ -355,6 +342,21 @@ class Queries:
             )
 
 
+def transcript_lineage(chain: Sequence[ConvRow], conversation_id: int) -> list[tuple[int, int]]:
+    """[(ancestor, cutoff), ...] nearest first from a conversation's source chain (the
+    conversation itself first), with the tighter cutoff at every level."""
+    if not chain:
+        raise UnknownConversationError(conversation_id)
+    out: list[tuple[int, int]] = []
+    cutoff: int | None = None
+    for row in chain:
+        if row.source_conversation_id is None or row.source_as_of is None:
+            break
+        cutoff = row.source_as_of if cutoff is None else min(cutoff, row.source_as_of)
+        out.append((row.source_conversation_id, cutoff))
+    return out
+
+
 def _conversation_of(scope: str) -> int | None:
     if scope.startswith("conversation/"):
         return int(scope.split("/", 1)[1])
@@ -377,15 +379,20 @@ class StateQueries:
         meta = self.store.meta()
         return meta.head if meta else 0
 
-    def _source(self, conversation_id: int) -> tuple[int, int] | None:
-        """The historical-state source of a conversation, or None where fallback ends."""
-        row = self.store.conversation_rows([conversation_id]).get(conversation_id)
-        if row is None:
+    def _state_levels(self, conversation_id: int, cutoff: int) -> list[tuple[int, int]]:
+        """[(conversation, cutoff), ...] nearest first, following historical-state sources
+        with the tighter cutoff at every ancestor, ending where fallback ends (§4.4)."""
+        chain = self.store.conversation_chain(conversation_id)
+        if not chain:
             raise UnknownConversationError(conversation_id)
-        if not row.inherit_state or row.source_conversation_id is None:
-            return None
-        assert row.source_as_of is not None
-        return row.source_conversation_id, row.source_as_of
+        levels = [(conversation_id, cutoff)]
+        for row in chain:
+            if not row.inherit_state or row.source_conversation_id is None:
+                break
+            assert row.source_as_of is not None
+            cutoff = min(cutoff, row.source_as_of)
+            levels.append((row.source_conversation_id, cutoff))
+        return levels
 
     def address_policy(self, scope_kind: str, kind: str, namespace: str, key: str) -> bool | None:
         with self.store.read():
@@ -403,17 +410,12 @@ class StateQueries:
                         "history; read it without as_of"
                     )
                 return self.store.current_value(scope, namespace, key)
-            cutoff = self._cutoff(as_of)
-            conv = conversation
-            while True:
-                found = self.store.value_version(conv, namespace, key, cutoff)
-                if found is not None:
+            levels = self._state_levels(conversation, self._cutoff(as_of))
+            for found in self.store.value_versions(levels, namespace, key):
+                if found is not None:  # the nearest level with a version decides
                     seq, text = found
                     return None if text is None else (seq, text)
-                source = self._source(conv)
-                if source is None:
-                    return None
-                conv, cutoff = source[0], min(cutoff, source[1])
+            return None
 
     def read_list(
         self,
@@ -438,47 +440,36 @@ class StateQueries:
                         f"list {namespace!r} in {scope} is sticky or working state, which has "
                         "no history; read it without as_of"
                     )
-                rows = self.store.list_range(
-                    scope, namespace, key, gt=after, le=upper_cap, order=order, limit=limit + 1
+                rows = self.store.list_ranges(
+                    [(scope, after, upper_cap if upper_cap is not None else 2**62)],
+                    namespace,
+                    key,
+                    order=order,
+                    limit=limit + 1,
                 )
                 more = len(rows) > limit
                 rows = rows[:limit]
                 return Page(tuple(rows), self._head(), rows[-1][0] if more and rows else None)
             cutoff = self._cutoff(as_of)
-            # Nearest first: (scope, exclusive lower bound from a clear, inclusive upper).
+            levels = [
+                (conversation_scope(c), cut) for c, cut in self._state_levels(conversation, cutoff)
+            ]
+            clears = self.store.last_clears(levels, namespace, key)
+            # Nearest first: (scope, exclusive lower bound, inclusive upper); a clear ends
+            # the inherited range.
             segments: list[tuple[str, int | None, int]] = []
-            conv, cut = conversation, cutoff
-            while True:
-                cscope = conversation_scope(conv)
-                clear = self.store.last_clear(cscope, namespace, key, cut)
-                segments.append((cscope, clear, cut))
+            for (seg_scope, cut), clear in zip(levels, clears, strict=True):
+                lower = clear if after is None else (after if clear is None else max(clear, after))
+                upper = cut if upper_cap is None else min(cut, upper_cap)
+                if lower is None or upper > lower:
+                    segments.append((seg_scope, lower, upper))
                 if clear is not None:
                     break
-                source = self._source(conv)
-                if source is None:
-                    break
-                conv, cut = source[0], min(cut, source[1])
-            if order == "asc":
-                segments.reverse()
-            items: list[tuple[int, str]] = []
-            for seg_scope, lower, upper in segments:
-                gt = lower if after is None else (after if lower is None else max(lower, after))
-                le = upper if upper_cap is None else min(upper, upper_cap)
-                if gt is not None and le <= gt:
-                    continue
-                items.extend(
-                    self.store.list_range(
-                        seg_scope,
-                        namespace,
-                        key,
-                        gt=gt,
-                        le=le,
-                        order=order,
-                        limit=limit + 1 - len(items),
-                    )
-                )
-                if len(items) > limit:
-                    break
+            items = (
+                self.store.list_ranges(segments, namespace, key, order=order, limit=limit + 1)
+                if segments
+                else []
+            )
             more = len(items) > limit
             items = items[:limit]
             return Page(tuple(items), cutoff, items[-1][0] if more and items else None)

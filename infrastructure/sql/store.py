@@ -732,51 +732,84 @@ class SqlReadStore:
         )
         return None if row is None else (int(row[0]), str(row[1]))
 
-    def value_version(
-        self, conversation_id: int, namespace: str, key: str, cutoff: int
-    ) -> tuple[int, str | None] | None:
-        row = self._one(
-            "SELECT seq, value FROM pico_value_versions WHERE session_id = ? AND "
-            "conversation_id = ? AND namespace = ? AND key = ? AND seq <= ? "
-            "ORDER BY seq DESC LIMIT 1",
-            (self.sid, conversation_id, namespace, key, cutoff),
+    def conversation_chain(self, conversation_id: int) -> list[ConvRow]:
+        """The conversation and its historical sources, nearest first, in one query."""
+        rows = self._rows(
+            "WITH RECURSIVE chain(id, depth) AS ("
+            " SELECT CAST(? AS BIGINT), 0"
+            " UNION ALL"
+            " SELECT c.source_conversation_id, chain.depth + 1 FROM pico_conversations c"
+            " JOIN chain ON c.id = chain.id"
+            " WHERE c.session_id = ? AND c.source_conversation_id IS NOT NULL)"
+            " SELECT p.id, p.created_seq, p.source_conversation_id, p.source_as_of,"
+            " p.inherit_state, p.owner_task_id, p.prefix_revision, p.deleted_seq"
+            " FROM chain JOIN pico_conversations p ON p.session_id = ? AND p.id = chain.id"
+            " ORDER BY chain.depth",
+            (conversation_id, self.sid, self.sid),
         )
-        return None if row is None else (int(row[0]), row[1])
+        return [self._conv(r) for r in rows]
 
-    def list_range(
+    def value_versions(
+        self, levels: Sequence[tuple[int, int]], namespace: str, key: str
+    ) -> list[tuple[int, str | None] | None]:
+        """The newest version at or before each level's cutoff: one round trip, one
+        indexed ``ORDER BY seq DESC LIMIT 1`` per level."""
+        parts, params = [], []
+        for i, (conversation, cutoff) in enumerate(levels):
+            parts.append(
+                f"SELECT * FROM (SELECT {i} AS level, seq, value FROM "
+                "pico_value_versions WHERE session_id = ? AND conversation_id = ? AND "
+                "namespace = ? AND key = ? AND seq <= ? ORDER BY seq DESC LIMIT 1) "
+                f"AS l{i}"
+            )
+            params.extend([self.sid, conversation, namespace, key, cutoff])
+        out: list[tuple[int, str | None] | None] = [None] * len(levels)
+        for level, seq, value in self._rows(" UNION ALL ".join(parts), params):
+            out[int(level)] = (int(seq), value)
+        return out
+
+    def last_clears(
+        self, levels: Sequence[tuple[str, int]], namespace: str, key: str
+    ) -> list[int | None]:
+        parts, params = [], []
+        for i, (scope, cutoff) in enumerate(levels):
+            parts.append(
+                f"SELECT * FROM (SELECT {i} AS level, seq FROM pico_list_clears "
+                "WHERE session_id = ? AND scope = ? AND namespace = ? AND key = ? AND "
+                f"seq <= ? ORDER BY seq DESC LIMIT 1) AS c{i}"
+            )
+            params.extend([self.sid, scope, namespace, key, cutoff])
+        out: list[int | None] = [None] * len(levels)
+        for level, seq in self._rows(" UNION ALL ".join(parts), params):
+            out[int(level)] = int(seq)
+        return out
+
+    def list_ranges(
         self,
-        scope: str,
+        segments: Sequence[tuple[str, int | None, int]],
         namespace: str,
         key: str,
         *,
-        gt: int | None,
-        le: int | None,
         order: Order,
         limit: int,
     ) -> list[tuple[int, str]]:
-        where = ["session_id = ?", "scope = ?", "namespace = ?", "key = ?"]
-        params: list[Any] = [self.sid, scope, namespace, key]
-        if gt is not None:
-            where.append("id > ?")
-            params.append(gt)
-        if le is not None:
-            where.append("id <= ?")
-            params.append(le)
+        """Elements of disjoint id ranges of several scopes, one page: each segment reads
+        at most ``limit`` rows through the primary key, whatever the list's length."""
         direction = "ASC" if order == "asc" else "DESC"
+        parts, params = [], []
+        for i, (scope, lower, upper) in enumerate(segments):
+            parts.append(
+                f"SELECT * FROM (SELECT id, value FROM pico_list_elements WHERE "
+                "session_id = ? AND scope = ? AND namespace = ? AND key = ? AND "
+                f"id > ? AND id <= ? ORDER BY id {direction} LIMIT ?) AS s{i}"
+            )
+            params.extend([self.sid, scope, namespace, key, lower or 0, upper, limit])
         rows = self._rows(
-            f"SELECT id, value FROM pico_list_elements WHERE "
-            f"{' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
+            f"SELECT id, value FROM ({' UNION ALL '.join(parts)}) AS u "
+            f"ORDER BY id {direction} LIMIT ?",
             (*params, limit),
         )
         return [(int(r[0]), str(r[1])) for r in rows]
-
-    def last_clear(self, scope: str, namespace: str, key: str, cutoff: int) -> int | None:
-        row = self._one(
-            "SELECT seq FROM pico_list_clears WHERE session_id = ? AND scope = ? "
-            "AND namespace = ? AND key = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
-            (self.sid, scope, namespace, key, cutoff),
-        )
-        return None if row is None else int(row[0])
 
     def scan_values(
         self, scope: str, *, namespace: str | None, after: tuple[str, str] | None, limit: int
