@@ -27,8 +27,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return None
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     name: str = request.param
     if name == "postgresql" and postgres_url() is None:
         if os.environ.get("PICO_REQUIRE_ALL_BACKENDS"):
@@ -36,6 +35,18 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         pytest.skip("set PICO_TEST_POSTGRES_URL to run the PostgreSQL contract")
     _ran[name] += 1
     return make_backend(name, tmp_path)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Every backend: memory, SQLite, PostgreSQL."""
+    return _backend(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Backends with real database transactions that a reader can observe from outside."""
+    return _backend(request, tmp_path)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
