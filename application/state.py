@@ -14,7 +14,12 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
-from pico.domain.errors import AddressPolicyError, CommandRejectedError, InvalidJsonError
+from pico.domain.errors import (
+    AddressPolicyError,
+    CommandRejectedError,
+    InvalidJsonError,
+    StoredTypeError,
+)
 from pico.domain.json import dumps
 from pico.domain.state import (
     SESSION_SCOPE,
@@ -80,7 +85,14 @@ class Address(Generic[T]):
         return dumps(self._adapter.dump_python(valid, mode="json"), what=self.namespace)
 
     def decode(self, text: str) -> T:
-        result: T = self._adapter.validate_json(text)
+        try:
+            result: T = self._adapter.validate_json(text)
+        except ValidationError as exc:
+            raise StoredTypeError(
+                f"the stored value of {self.namespace!r} ({text[:80]}) does not match the "
+                f"address type {self.type_!r}: {exc.errors()[0]['msg']}. Read it through an "
+                "address of the type it was written with, or migrate it under a new namespace"
+            ) from exc
         return result
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "StalePrefixError",
     "StaleWriterError",
     "StorageCorruptError",
+    "StoredTypeError",
     "UnknownConversationError",
     "UnknownEntryError",
     "UnknownSessionError",
@@ -137,6 +138,10 @@ class RequestKeyConflictError(CommandRejectedError):
             f"request key {key!r} was already used {detail}; retry with the original request "
             "or use a new key"
         )
+
+
+class StoredTypeError(PicoError):
+    """A stored value does not match the type of the address it is read through."""
 
 
 class StaleWriterError(PicoError):

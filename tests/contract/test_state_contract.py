@@ -395,3 +395,13 @@ async def test_request_keys_map_inside_one_command(backend: Backend) -> None:
     with pytest.raises(pico.ReservedNamespaceError):
         await h.set_value(pico.session_value("pico.request-input", int, key="client-42"), 5)
     await h.close()
+
+
+async def test_reading_through_a_mistyped_address_is_a_clear_error(backend: Backend) -> None:
+    h = await backend.open()
+    c = await h.root()
+    await c.set_value(pico.conversation_value("app.count", str), "not a number")
+    with pytest.raises(pico.StoredTypeError, match=r"app\.count"):
+        await c.get_value(pico.conversation_value("app.count", int))
+    assert await c.get_value(pico.conversation_value("app.count", str)) == "not a number"
+    await h.close()
