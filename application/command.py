@@ -27,9 +27,13 @@ from pico.domain.errors import (
     CommandRejectedError,
     ExchangeSplitError,
     InvalidPositionError,
+    LiveWorkError,
     RequestKeyConflictError,
+    TaskGraphError,
+    TerminalTaskError,
     UnknownConversationError,
     UnknownEntryError,
+    UnknownTaskError,
     WorkingScopeError,
 )
 from pico.domain.exchange import EntryRef
@@ -42,6 +46,7 @@ from pico.domain.state import (
     check_namespace,
     conversation_scope,
 )
+from pico.domain.task import Task
 from pico.domain.values import (
     ConversationSnapshot,
     Entry,
@@ -49,13 +54,24 @@ from pico.domain.values import (
     Order,
     Page,
     StoredValue,
+    TaskSnapshot,
     ValuePage,
 )
 
 if TYPE_CHECKING:
     from pico.application.line import CommandLine
 
-__all__ = ["Command", "ConversationCommand", "WorkingCommand"]
+__all__ = ["UNSET", "Command", "ConversationCommand", "WorkingCommand"]
+
+
+class _Unset:
+    """Marks an argument the caller did not pass (distinct from None)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
 
 T = TypeVar("T")
 
@@ -71,6 +87,8 @@ class Command:
         self._first: int | None = None
         self._entries: dict[int, EntryRef] = {}
         self.touched: dict[int, Conversation] = {}
+        self.touched_tasks: dict[int, Task] = {}
+        self._tasks = line.storage.tasks
         self._sealed = False
         self.working = working
         self.working_writes: list[StateWrite] = []
@@ -355,6 +373,8 @@ class Command:
                 f"conversation {conversation_id} is the session's root and cannot be deleted"
             )
         conv = self._conversation(conversation_id)
+        conv.check_accepts_work()
+        self._check_no_live_work(conversation_id)
         conv.delete(seq=self._peek())
         self._alloc()
         self.touched[conversation_id] = conv
@@ -534,6 +554,219 @@ class Command:
         sid = scope.scope_id
         self.session_ops.append(lambda s: s.retire_working_scope(seq=seq, scope=sid))
         self._alloc()
+
+    # ------------------------------------------------------------------ tasks (§5, §6.1)
+    def _task(self, task_id: int) -> Task:
+        task = self.touched_tasks.get(task_id)
+        if task is None:
+            task = self._line.load_task(task_id)
+        return task
+
+    def _task_facts(self, ids: Sequence[int]) -> dict[int, tuple[int, list[int]]]:
+        """(conversation, after) of tasks, batch-local first, then one batched read."""
+        out = {
+            i: (t.conversation_id, list(t.after)) for i, t in self.touched_tasks.items() if i in ids
+        }
+        missing = [i for i in ids if i not in out]
+        if missing:
+            for i, snap in self._tasks.get_tasks(missing).items():
+                out[i] = (snap.conversation_id, list(snap.after))
+        return out
+
+    def _tree_root(self, conversation_id: int) -> int:
+        """The root conversation of a conversation's execution-ownership tree."""
+        seen: set[int] = set()
+        conv = conversation_id
+        while conv not in seen:
+            seen.add(conv)
+            created = self.touched.get(conv)
+            if created is not None:
+                owner = created.owner_task_id
+            else:
+                snap = self._reads.get_conversations([conv]).get(conv)
+                owner = None if snap is None else snap.owner_task_id
+            if owner is None:
+                return conv
+            conv = self._task_facts([owner]).get(owner, (conv, []))[0]
+        return conv
+
+    def _check_dependencies(
+        self, task_id: int | None, conversation_id: int, after: Sequence[int]
+    ) -> None:
+        facts = self._task_facts(list(after))
+        for dep in after:
+            if dep not in facts:
+                raise UnknownTaskError(dep, " (named in after=)")
+        root = self._tree_root(conversation_id)
+        for dep in after:
+            if self._tree_root(facts[dep][0]) != root:
+                raise TaskGraphError(
+                    f"task {dep} belongs to another execution-ownership tree; dependencies "
+                    "stay within one tree (a fork does not make work runnable elsewhere)"
+                )
+        if task_id is None:
+            return  # a new task depends only on existing tasks: no cycle possible
+        frontier, seen = list(after), set()
+        while frontier:  # walk the dependency graph reachable from the new edges
+            if task_id in frontier:
+                raise TaskGraphError(
+                    f"making task {task_id} wait for {list(after)} would create a dependency "
+                    "cycle; dependencies must stay acyclic"
+                )
+            seen.update(frontier)
+            nxt: list[int] = []
+            for _, deps in self._task_facts(frontier).values():
+                nxt.extend(d for d in deps if d not in seen)
+            frontier = nxt
+
+    def create_task(
+        self,
+        conversation_id: int,
+        kind: str,
+        *,
+        state: JsonValue = None,
+        status: str | None = None,
+        after: Sequence[int] = (),
+        foreground: bool = False,
+        spawned_by: int | None = None,
+        not_before: float | None = None,
+        required_permit: str | None = None,
+    ) -> int:
+        """Create durable work in a conversation; returns its id. Nothing runs until a
+        covering drive claims it (§1.3)."""
+        self._main_only("create_task")
+        definition = self._line.definitions.get(kind)
+        status = definition.initial_status if status is None else status
+        role = definition.role_of(status)
+        text = dumps(definition.check_state(None, state), what="task state")
+        conv = self._conversation(conversation_id)
+        conv.check_accepts_work()
+        after = list(after)
+        self._check_dependencies(None, conversation_id, after)
+        if spawned_by is not None and spawned_by not in self._task_facts([spawned_by]):
+            raise UnknownTaskError(spawned_by, " (named in spawned_by=)")
+        seq = self._peek()
+        task = Task.start(
+            session_id=self._line.session_id,
+            task_id=seq,
+            conversation_id=conversation_id,
+            kind=kind,
+            status=status,
+            role=role,
+            state=text,
+            after=after,
+            foreground=bool(foreground),
+            spawned_by=spawned_by,
+            not_before=None if not_before is None else float(not_before),
+            required_permit=required_permit,
+        )
+        self._alloc()
+        self.touched_tasks[seq] = task
+        return seq
+
+    def patch_task(
+        self,
+        task_id: int,
+        *,
+        status: str | None = None,
+        state: JsonValue | _Unset = UNSET,
+        after: Sequence[int] | None = None,
+        not_before: float | _Unset | None = UNSET,
+        required_permit: str | _Unset | None = UNSET,
+    ) -> None:
+        """Move a task to a new status (role derived by its definition), optionally with new
+        state, dependencies and scheduling fields. Terminal tasks accept no patch."""
+        self._main_only("patch_task")
+        task = self._task(task_id)
+        if task.terminal:
+            raise TerminalTaskError(task_id, task.status)
+        definition = self._line.definitions.get(task.kind)
+        new_status = task.status if status is None else status
+        role = definition.role_of(new_status, task_id=task_id)
+        definition.check_transition(task_id, task.status, new_status)
+        text = None
+        if not isinstance(state, _Unset):
+            text = dumps(definition.check_state(task_id, state), what="task state")
+        new_after = list(task.after) if after is None else list(after)
+        if after is not None:
+            self._check_dependencies(task_id, task.conversation_id, new_after)
+        task.patch(
+            seq=self._peek(),
+            status=new_status,
+            role=role,
+            state=text,
+            after=new_after,
+            not_before=task.not_before
+            if isinstance(not_before, _Unset)
+            else (None if not_before is None else float(not_before)),
+            required_permit=task.required_permit
+            if isinstance(required_permit, _Unset)
+            else required_permit,
+        )
+        self._alloc()
+        self.touched_tasks[task_id] = task
+
+    def request_abort(self, task_id: int) -> bool:
+        """Durably mark a live task for cancellation (§6.4); False if terminal or marked."""
+        self._main_only("request_abort")
+        task = self._task(task_id)
+        if not task.request_abort(seq=self._peek()):
+            return False
+        self._alloc()
+        self.touched_tasks[task_id] = task
+        return True
+
+    def create_owned_conversation(self, owner_task_id: int) -> int:
+        """A child conversation owned by a task; both links commit together (§5.7)."""
+        self._main_only("create_owned_conversation")
+        owner = self._task(owner_task_id)
+        if owner.abort_requested:
+            raise TaskGraphError(
+                f"task {owner_task_id} is marked for cancellation; it cannot create owned children"
+            )
+        if owner.terminal:
+            raise TerminalTaskError(owner_task_id, owner.status)
+        conversation_id = self._peek()
+        conv = Conversation.start(
+            session_id=self._line.session_id,
+            conversation_id=conversation_id,
+            owner_task_id=owner_task_id,
+        )
+        self._alloc()
+        self.touched[conversation_id] = conv
+        owner.link_owned_conversation(seq=self._peek(), conversation_id=conversation_id)
+        self._alloc()
+        self.touched_tasks[owner_task_id] = owner
+        return conversation_id
+
+    def get_task(self, task_id: int) -> TaskSnapshot | None:
+        return self._tasks.get_tasks([task_id]).get(task_id)
+
+    def scan_tasks(self, **query: Any) -> Page[TaskSnapshot]:
+        return self._tasks.scan_tasks(**query)
+
+    def _check_no_live_work(self, conversation_id: int) -> None:
+        """§6.6: a conversation whose ownership subtree has live work cannot be deleted."""
+        for task in self.touched_tasks.values():
+            if task.conversation_id == conversation_id and not task.terminal:
+                raise LiveWorkError(
+                    f"conversation {conversation_id} has live task {task.task_id} in this "
+                    "command; settle or abort it before deleting the conversation"
+                )
+        frontier, seen = [conversation_id], set()
+        while frontier:
+            conv = frontier.pop()
+            if conv in seen:
+                continue
+            seen.add(conv)
+            live = self._tasks.scan_tasks(conversation_ids=[conv], live=True, limit=1).items
+            if live:
+                where = "" if conv == conversation_id else f" (in owned conversation {conv})"
+                raise LiveWorkError(
+                    f"conversation {conversation_id} has live task {live[0].id}{where}; abort "
+                    "or settle its work before deleting it"
+                )
+            frontier.extend(self._tasks.owned_conversations(conv))
 
     # ------------------------------------------------------------------ request keys (§3.6)
     def claim_request_key(

@@ -7,7 +7,7 @@ durable and published.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from pico.application.command import Command, ConversationCommand, WorkingCommand
@@ -23,6 +23,7 @@ from pico.application.state import (
     WorkingScope,
     WorkingValue,
 )
+from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.domain.errors import UnknownConversationError
 from pico.domain.json import JsonValue
 from pico.domain.values import (
@@ -33,6 +34,7 @@ from pico.domain.values import (
     Page,
     SessionMeta,
     StoredValue,
+    TaskSnapshot,
     ValuePage,
 )
 
@@ -56,6 +58,7 @@ class Harness:
         session: str = "main",
         durability: str | None = None,
         read_only: bool = False,
+        definitions: TaskRegistry | Iterable[TaskDefinition] | None = None,
     ) -> Harness:
         """Open (or create) a session.
 
@@ -66,14 +69,22 @@ class Harness:
             durability: ``"process"`` (default: survives a process crash) or ``"fsync"``
                 (flush every commit to disk: survives power loss).
             read_only: open for audit and reads only; appends no claim.
+            definitions: the task definitions (a ``TaskRegistry`` or an iterable of
+                definitions). Opening rejects live tasks whose kind or status no definition
+                knows, before anything runs.
         """
+        registry = (
+            definitions
+            if isinstance(definitions, TaskRegistry)
+            else TaskRegistry(definitions or ())
+        )
         if isinstance(storage, str):
             opener = get_storage_opener()
             store = opener(storage, session=session, durability=durability, read_only=read_only)
         else:
             store = storage
         try:
-            line = CommandLine.open(store, read_only=read_only)
+            line = CommandLine.open(store, read_only=read_only, definitions=registry)
             harness = cls(line)
             if not read_only and line.session.root_id is None:
                 await line.run(_create_root)
@@ -260,6 +271,44 @@ class Harness:
             key=key,
             as_of=as_of,
             content=content,
+        )
+
+    # ------------------------------------------------------------------ tasks
+    async def task(self, task_id: int) -> TaskSnapshot | None:
+        self._line.check_usable()
+        return self._line.storage.tasks.get_tasks([task_id]).get(task_id)
+
+    async def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]:
+        self._line.check_usable()
+        return self._line.storage.tasks.get_tasks(ids)
+
+    async def tasks(
+        self,
+        *,
+        conversation_ids: Sequence[int] | None = None,
+        live: bool | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        foreground: bool | None = None,
+        abort_requested: bool | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[TaskSnapshot]:
+        """Task records filtered by indexed fields (filters before the limit)."""
+        self._line.check_usable()
+        return self._line.storage.tasks.scan_tasks(
+            conversation_ids=conversation_ids,
+            live=live,
+            role=role,
+            kind=kind,
+            foreground=foreground,
+            abort_requested=abort_requested,
+            after=after,
+            before=before,
+            order=order,
+            limit=limit,
         )
 
     # ------------------------------------------------------------------ audit

@@ -20,6 +20,7 @@ from eventsourcing.domain import Aggregate
 from pico.application.command import Command, WorkingCommand
 from pico.application.ports import Storage
 from pico.application.state import WorkingScope
+from pico.application.tasks import TaskRegistry
 from pico.domain.conversation import Conversation
 from pico.domain.errors import (
     ClosedError,
@@ -30,9 +31,11 @@ from pico.domain.errors import (
     StorageCorruptError,
     UnknownConversationError,
     UnknownSessionError,
+    UnknownTaskError,
 )
-from pico.domain.ids import conversation_uuid, session_uuid
+from pico.domain.ids import conversation_uuid, session_uuid, task_uuid
 from pico.domain.session import MAIN, Session
+from pico.domain.task import Task
 
 __all__ = ["CommandLine"]
 
@@ -43,7 +46,14 @@ CACHE_SIZE = 256
 
 
 class CommandLine:
-    def __init__(self, storage: Storage, session: Session, *, read_only: bool) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        session: Session,
+        *,
+        read_only: bool,
+        definitions: TaskRegistry | None = None,
+    ) -> None:
         self.storage = storage
         self.session = session
         self.session_id = storage.session_id
@@ -52,10 +62,14 @@ class CommandLine:
         self.closed = False
         self._lock = asyncio.Lock()
         self._cache: OrderedDict[int, Conversation] = OrderedDict()
+        self._task_cache: OrderedDict[int, Task] = OrderedDict()
+        self.definitions = definitions or TaskRegistry()
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, storage: Storage, *, read_only: bool) -> CommandLine:
+    def open(
+        cls, storage: Storage, *, read_only: bool, definitions: TaskRegistry | None = None
+    ) -> CommandLine:
         """Load the Session aggregate and, for writing, append a claim before anything else.
 
         The claim moves the session stream's version, so any previous owner is refused at
@@ -71,10 +85,21 @@ class CommandLine:
             session = Session(session_id=sid)
         else:
             session = loaded
+        registry = definitions or TaskRegistry()
+        if loaded is not None:
+            # §5.2/§6.6: validate live definitions before claiming or executing anything;
+            # only live rows are read (the partial index), never terminal history.
+            after: int | None = None
+            while True:
+                page = storage.tasks.scan_tasks(live=True, after=after, limit=500)
+                registry.validate_live(page.items)
+                if page.next is None:
+                    break
+                after = page.next
         if not read_only:
             session.claim(owner=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid())
             storage.save([session])
-        return cls(storage, session, read_only=read_only)
+        return cls(storage, session, read_only=read_only, definitions=registry)
 
     # ------------------------------------------------------------------ state
     def check_usable(self, *, write: bool = False) -> None:
@@ -99,6 +124,27 @@ class CommandLine:
             raise StorageCorruptError(f"aggregate for conversation {conversation_id} is {loaded!r}")
         self._remember(loaded)
         return loaded
+
+    def load_task(self, task_id: int) -> Task:
+        task = self._task_cache.get(task_id)
+        if task is not None:
+            self._task_cache.move_to_end(task_id)
+            return task
+        if not isinstance(task_id, int) or task_id < 1:
+            raise UnknownTaskError(task_id)
+        loaded = self.storage.load(task_uuid(self.session_id, task_id))
+        if loaded is None:
+            raise UnknownTaskError(task_id)
+        if not isinstance(loaded, Task):
+            raise StorageCorruptError(f"aggregate for task {task_id} is {loaded!r}")
+        self._remember_task(loaded)
+        return loaded
+
+    def _remember_task(self, task: Task) -> None:
+        self._task_cache[task.task_id] = task
+        self._task_cache.move_to_end(task.task_id)
+        while len(self._task_cache) > CACHE_SIZE:
+            self._task_cache.popitem(last=False)
 
     def _remember(self, conv: Conversation) -> None:
         self._cache[conv.conversation_id] = conv
@@ -147,6 +193,8 @@ class CommandLine:
         # command reloads committed state.
         for cid in tx.touched:
             self._cache.pop(cid, None)
+        for tid in tx.touched_tasks:
+            self._task_cache.pop(tid, None)
 
     def _persist(self, tx: Command) -> None:
         assert tx.first is not None and tx.last is not None
@@ -160,7 +208,11 @@ class CommandLine:
             self._reload_session()
             raise
         # Session last: in storage order a batch ends with its boundary event.
-        aggregates: list[Aggregate] = [*tx.touched.values(), self.session]
+        aggregates: list[Aggregate] = [
+            *tx.touched.values(),
+            *tx.touched_tasks.values(),
+            self.session,
+        ]
         try:
             self.storage.save(aggregates, working=tx.working_writes)
         except StaleWriterError:
@@ -171,6 +223,8 @@ class CommandLine:
             raise PersistenceUncertainError(self.session_id, exc) from exc
         for conv in tx.touched.values():
             self._remember(conv)
+        for task in tx.touched_tasks.values():
+            self._remember_task(task)
 
     def _reload_session(self) -> None:
         loaded = self.storage.load(session_uuid(self.session_id))
@@ -182,6 +236,7 @@ class CommandLine:
     def _fault(self, reason: str) -> None:
         self.faulted = reason
         self._cache.clear()
+        self._task_cache.clear()
 
     def fault(self, reason: str) -> None:
         self._fault(reason)

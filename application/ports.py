@@ -12,9 +12,17 @@ from eventsourcing.domain import Aggregate
 
 from pico.domain.json import JsonValue
 from pico.domain.state import StateWrite
-from pico.domain.values import ConversationSnapshot, Entry, Order, Page, SessionMeta, ValuePage
+from pico.domain.values import (
+    ConversationSnapshot,
+    Entry,
+    Order,
+    Page,
+    SessionMeta,
+    TaskSnapshot,
+    ValuePage,
+)
 
-__all__ = ["AuditRecord", "ReadPort", "StatePort", "Storage", "StorageOpener"]
+__all__ = ["AuditRecord", "ReadPort", "StatePort", "Storage", "StorageOpener", "TaskPort"]
 
 
 class ReadPort(Protocol):
@@ -52,6 +60,27 @@ class ReadPort(Protocol):
         as_of: int | None = None,
         content: bool = False,
     ) -> Page[Entry]: ...
+
+
+class TaskPort(Protocol):
+    """Current task records (§7.2)."""
+
+    def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]: ...
+    def scan_tasks(
+        self,
+        *,
+        conversation_ids: Sequence[int] | None = None,
+        live: bool | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        foreground: bool | None = None,
+        abort_requested: bool | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[TaskSnapshot]: ...
+    def owned_conversations(self, conversation_id: int) -> list[int]: ...
 
 
 class StatePort(Protocol):
@@ -109,6 +138,7 @@ class Storage(Protocol):
     session_id: str
     reads: ReadPort
     state: StatePort
+    tasks: TaskPort
 
     def load(self, aggregate_id: UUID) -> Aggregate | None: ...
     def save(

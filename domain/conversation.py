@@ -378,6 +378,10 @@ class Conversation(Aggregate):
 
     # ------------------------------------------------------------------ checks
 
+    def check_accepts_work(self) -> None:
+        """Deleted conversations accept no new work (§6.6)."""
+        self._check_live()
+
     def _check_live(self) -> None:
         if self.deleted:
             raise ConversationDeletedError(self.conversation_id)

@@ -17,6 +17,7 @@ __all__ = [
     "HistoricalReadError",
     "InvalidJsonError",
     "InvalidPositionError",
+    "LiveWorkError",
     "PersistenceUncertainError",
     "PicoError",
     "ReadOnlyError",
@@ -27,9 +28,13 @@ __all__ = [
     "StaleWriterError",
     "StorageCorruptError",
     "StoredTypeError",
+    "TaskDefinitionError",
+    "TaskGraphError",
+    "TerminalTaskError",
     "UnknownConversationError",
     "UnknownEntryError",
     "UnknownSessionError",
+    "UnknownTaskError",
     "WorkingScopeError",
 ]
 
@@ -138,6 +143,34 @@ class RequestKeyConflictError(CommandRejectedError):
             f"request key {key!r} was already used {detail}; retry with the original request "
             "or use a new key"
         )
+
+
+class UnknownTaskError(CommandRejectedError):
+    def __init__(self, task_id: int, detail: str = "") -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id} does not exist in this session{detail}")
+
+
+class TaskDefinitionError(CommandRejectedError):
+    """A kind without a definition, a status the definition does not know, a transition it
+    does not allow, or state it rejects."""
+
+
+class TerminalTaskError(CommandRejectedError):
+    def __init__(self, task_id: int, status: str) -> None:
+        self.task_id = task_id
+        super().__init__(
+            f"task {task_id} is terminal ({status!r}); a terminal record accepts no further "
+            "patch. Create a new task instead"
+        )
+
+
+class TaskGraphError(CommandRejectedError):
+    """A dependency edit would create a cycle or cross execution-ownership trees."""
+
+
+class LiveWorkError(CommandRejectedError):
+    """The operation needs the conversation's ownership subtree to have no live work."""
 
 
 class StoredTypeError(PicoError):

@@ -17,6 +17,7 @@ __all__ = [
     "SessionMeta",
     "Source",
     "StoredValue",
+    "TaskSnapshot",
     "ValueItem",
     "ValuePage",
 ]
@@ -65,6 +66,30 @@ class Page(Generic[T]):
     items: tuple[T, ...]
     as_of: int
     next: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """A task record as stored (§5.1, §6.1); ``state`` is a fresh copy."""
+
+    id: int
+    conversation_id: int
+    kind: str
+    status: str
+    role: str
+    state: JsonValue
+    after: tuple[int, ...]
+    foreground: bool
+    spawned_by: int | None
+    owned_conversation_id: int | None
+    not_before: float | None
+    required_permit: str | None
+    abort_requested: bool
+    updated_seq: int
+
+    @property
+    def live(self) -> bool:
+        return self.role != "terminal"
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,12 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 
-from pico.application.ports import AuditRecord, ReadPort, StatePort
-from pico.domain.conversation import Conversation
+from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import StaleWriterError, StorageCorruptError
 from pico.domain.session import Session
 from pico.domain.state import StateWrite
 from pico.projections.ops import project, project_working
-from pico.projections.queries import Queries, ReadStore, StateQueries
+from pico.projections.queries import Queries, ReadStore, StateQueries, TaskQueries
 
 __all__ = ["SNAPSHOT_INTERVAL", "EventSourcedStorage"]
 
@@ -75,6 +74,8 @@ class EventSourcedStorage:
         self.reads: ReadPort = self.queries
         self.state_queries = StateQueries(read_store)
         self.state: StatePort = self.state_queries
+        self.task_queries = TaskQueries(read_store)
+        self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
 
     def load(self, aggregate_id: UUID) -> Aggregate | None:
@@ -158,7 +159,7 @@ class EventSourcedStorage:
                 after = position
                 event = self.mapper.to_domain_event(stored)
                 batch.append(event)
-                if isinstance(event, _SESSION_EVENTS):
+                if isinstance(event, _BATCH_END):
                     yield batch
                     batch = []
         if batch:
@@ -174,23 +175,18 @@ class EventSourcedStorage:
             self._on_close = None
 
 
-_SESSION_EVENTS = (Session.Created, Session.Claimed, Session.Committed, Session.RootDesignated)
+# A saved batch ends with its boundary: a command's Committed, or an opening's Claimed.
+_BATCH_END = (Session.Committed, Session.Claimed)
 
 
 def _aggregate_name(event: Any) -> str:
-    if isinstance(event, _CONVERSATION_EVENTS):
+    """The auditor's name of the stream an event belongs to."""
+    owner = type(event).__qualname__.split(".", 1)[0]
+    if owner == "Conversation":
         return f"conversation/{event.conversation_id}"
+    if owner == "Task":
+        return f"task/{event.task_id}"
     return "session"
-
-
-_CONVERSATION_EVENTS = (
-    Conversation.Created,
-    Conversation.EntryAppended,
-    Conversation.ContextAppended,
-    Conversation.ContextPrefixReplaced,
-    Conversation.ContextReset,
-    Conversation.Deleted,
-)
 
 
 def _payload(event: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from pico.application.state import (
     working_scope,
     working_value,
 )
+from pico.application.tasks import TaskDefinition, TaskExecution, TaskRegistry
 from pico.domain.errors import (
     AddressPolicyError,
     ClosedError,
@@ -37,6 +38,7 @@ from pico.domain.errors import (
     HistoricalReadError,
     InvalidJsonError,
     InvalidPositionError,
+    LiveWorkError,
     PersistenceUncertainError,
     PicoError,
     ReadOnlyError,
@@ -47,9 +49,13 @@ from pico.domain.errors import (
     StaleWriterError,
     StorageCorruptError,
     StoredTypeError,
+    TaskDefinitionError,
+    TaskGraphError,
+    TerminalTaskError,
     UnknownConversationError,
     UnknownEntryError,
     UnknownSessionError,
+    UnknownTaskError,
     WorkingScopeError,
 )
 from pico.domain.json import JsonObject, JsonValue
@@ -62,6 +68,7 @@ from pico.domain.values import (
     SessionMeta,
     Source,
     StoredValue,
+    TaskSnapshot,
     ValueItem,
     ValuePage,
 )
@@ -94,6 +101,7 @@ __all__ = [
     "JsonObject",
     "JsonValue",
     "ListElement",
+    "LiveWorkError",
     "Page",
     "PersistenceUncertainError",
     "PicoError",
@@ -112,9 +120,17 @@ __all__ = [
     "StorageCorruptError",
     "StoredTypeError",
     "StoredValue",
+    "TaskDefinition",
+    "TaskDefinitionError",
+    "TaskExecution",
+    "TaskGraphError",
+    "TaskRegistry",
+    "TaskSnapshot",
+    "TerminalTaskError",
     "UnknownConversationError",
     "UnknownEntryError",
     "UnknownSessionError",
+    "UnknownTaskError",
     "ValueItem",
     "ValuePage",
     "WorkingCommand",

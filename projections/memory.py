@@ -21,12 +21,16 @@ from pico.projections.ops import (
     DropElements,
     DropValue,
     EstablishAddress,
+    LinkOwned,
+    MarkTaskAbort,
+    PatchTask,
     PutClaim,
     PutClear,
     PutCommit,
     PutEntry,
     PutRoot,
     PutSession,
+    PutTask,
     PutValue,
     PutVersion,
     ReplacePrefix,
@@ -34,7 +38,7 @@ from pico.projections.ops import (
     RetireWorking,
     RowOp,
 )
-from pico.projections.queries import ConvRow, EditRow, EntryRow
+from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
 __all__ = ["MemoryReadStore"]
 
@@ -78,6 +82,11 @@ class MemoryReadStore:
         self._elements: dict[tuple[str, str, str], tuple[list[int], list[str]]] = {}
         self._element_keys: dict[str, set[tuple[str, str]]] = {}
         self._clears: dict[tuple[str, str, str], list[int]] = {}
+        # Tasks: current records; live ids kept sorted (the "partial index").
+        self._tasks: dict[int, TaskRow] = {}
+        self._task_ids: list[int] = []
+        self._live: list[int] = []
+        self._owned_by_conv: dict[int, list[int]] = {}  # conversation -> owned conversations
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[RowOp]) -> None:
@@ -179,6 +188,50 @@ class MemoryReadStore:
                 if got is not None:
                     cut = bisect.bisect_right(got[0], op.seq)
                     del got[0][:cut], got[1][:cut]
+        elif isinstance(op, PutTask):
+            self._tasks[op.task_id] = TaskRow(
+                op.task_id,
+                op.conversation_id,
+                op.kind,
+                op.status,
+                op.role,
+                op.state,
+                op.after,
+                op.foreground,
+                op.spawned_by,
+                None,
+                op.not_before,
+                op.required_permit,
+                False,
+                op.task_id,
+            )
+            self._task_ids.append(op.task_id)
+            if op.role != "terminal":
+                self._live.append(op.task_id)
+        elif isinstance(op, PatchTask):
+            task = self._tasks[op.task_id]
+            if op.role == "terminal" and task.role != "terminal":
+                del self._live[bisect.bisect_left(self._live, op.task_id)]
+            self._tasks[op.task_id] = replace(
+                task,
+                status=op.status,
+                role=op.role,
+                state=task.state if op.state is None else op.state,
+                after=op.after,
+                not_before=op.not_before,
+                required_permit=op.required_permit,
+                updated_seq=op.seq,
+            )
+        elif isinstance(op, MarkTaskAbort):
+            self._tasks[op.task_id] = replace(
+                self._tasks[op.task_id], abort_requested=True, updated_seq=op.seq
+            )
+        elif isinstance(op, LinkOwned):
+            task = self._tasks[op.task_id]
+            self._tasks[op.task_id] = replace(
+                task, owned_conversation_id=op.conversation_id, updated_seq=op.seq
+            )
+            self._owned_by_conv.setdefault(task.conversation_id, []).append(op.conversation_id)
         elif isinstance(op, PutSession):
             self._meta = SessionMeta(self.session_id, 0, 0, None, None)
         elif isinstance(op, PutClaim):
@@ -410,3 +463,44 @@ class MemoryReadStore:
             if len(out) >= limit:
                 break
         return out
+
+    # ------------------------------------------------------------------ task reads
+    def task_rows(self, ids: Sequence[int]) -> dict[int, TaskRow]:
+        return {i: self._tasks[i] for i in ids if i in self._tasks}
+
+    def scan_task_rows(
+        self,
+        *,
+        conversation_ids: Sequence[int] | None,
+        live: bool | None,
+        role: str | None,
+        kind: str | None,
+        foreground: bool | None,
+        abort_requested: bool | None,
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[TaskRow]:
+        ids = self._live if live else self._task_ids
+        lo, hi = _range(ids, gt, None if lt is None else lt - 1)
+        window = ids[lo:hi] if order == "asc" else ids[lo:hi][::-1]
+        convs = None if conversation_ids is None else set(conversation_ids)
+        out: list[TaskRow] = []
+        for i in window:  # filters before the limit
+            r = self._tasks[i]
+            if (
+                (convs is None or r.conversation_id in convs)
+                and (live is not False or r.role == "terminal")
+                and (role is None or r.role == role)
+                and (kind is None or r.kind == kind)
+                and (foreground is None or r.foreground == foreground)
+                and (abort_requested is None or r.abort_requested == abort_requested)
+            ):
+                out.append(r)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def owned_conversations(self, conversation_id: int) -> list[int]:
+        return list(self._owned_by_conv.get(conversation_id, []))

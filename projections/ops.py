@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 from pico.domain.conversation import Conversation
 from pico.domain.session import Session
 from pico.domain.state import SESSION_SCOPE, StateWrite, conversation_scope
+from pico.domain.task import Task
 
 __all__ = [
     "AppendContext",
@@ -184,6 +185,46 @@ class RetireWorking:
     seq: int
 
 
+@dataclass(frozen=True)
+class PutTask:
+    task_id: int
+    conversation_id: int
+    kind: str
+    status: str
+    role: str
+    state: str
+    after: tuple[int, ...]
+    foreground: bool
+    spawned_by: int | None
+    not_before: float | None
+    required_permit: str | None
+
+
+@dataclass(frozen=True)
+class PatchTask:
+    task_id: int
+    seq: int
+    status: str
+    role: str
+    state: str | None
+    after: tuple[int, ...]
+    not_before: float | None
+    required_permit: str | None
+
+
+@dataclass(frozen=True)
+class MarkTaskAbort:
+    task_id: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class LinkOwned:
+    task_id: int
+    seq: int
+    conversation_id: int
+
+
 RowOp: TypeAlias = (
     PutSession
     | PutClaim
@@ -203,6 +244,10 @@ RowOp: TypeAlias = (
     | DropElements
     | PutClear
     | RetireWorking
+    | PutTask
+    | PatchTask
+    | MarkTaskAbort
+    | LinkOwned
 )
 
 
@@ -210,6 +255,8 @@ def _order(event: Any) -> int:
     # Mutations apply in sequence order, whichever aggregate emitted them; session
     # bookkeeping (no seq) goes last, after the mutations of its commit.
     seq = getattr(event, "seq", None)
+    if isinstance(event, Task.Created):
+        seq = event.task_id  # a creation's seq is the new object's id
     return seq if isinstance(seq, int) else 1 << 62
 
 
@@ -264,6 +311,39 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             ops.extend(_session_state(e))
         elif isinstance(e, Session.WorkingScopeRetired):
             ops.append(RetireWorking(e.scope, e.seq))
+        elif isinstance(e, Task.Created):
+            ops.append(
+                PutTask(
+                    e.task_id,
+                    e.conversation_id,
+                    e.kind,
+                    e.status,
+                    e.role,
+                    e.state,
+                    tuple(e.after),
+                    e.foreground,
+                    e.spawned_by,
+                    e.not_before,
+                    e.required_permit,
+                )
+            )
+        elif isinstance(e, Task.Patched):
+            ops.append(
+                PatchTask(
+                    e.task_id,
+                    e.seq,
+                    e.status,
+                    e.role,
+                    e.state,
+                    tuple(e.after),
+                    e.not_before,
+                    e.required_permit,
+                )
+            )
+        elif isinstance(e, Task.AbortRequested):
+            ops.append(MarkTaskAbort(e.task_id, e.seq))
+        elif isinstance(e, Task.OwnedConversationLinked):
+            ops.append(LinkOwned(e.task_id, e.seq, e.conversation_id))
         elif isinstance(e, Session.Committed):
             ops.append(PutCommit(e.first, e.last, e.scope))
         elif isinstance(e, Session.Claimed):

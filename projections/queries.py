@@ -27,6 +27,7 @@ from pico.domain.values import (
     Page,
     SessionMeta,
     Source,
+    TaskSnapshot,
     ValueItem,
     ValuePage,
 )
@@ -58,6 +59,24 @@ class EntryRow:
     by_task_id: int | None
     commit_end: int
     content: str | None  # None when not requested
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: int
+    conversation_id: int
+    kind: str
+    status: str
+    role: str
+    state: str
+    after: tuple[int, ...]
+    foreground: bool
+    spawned_by: int | None
+    owned_conversation_id: int | None
+    not_before: float | None
+    required_permit: str | None
+    abort_requested: bool
+    updated_seq: int
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,22 @@ class ReadStore(Protocol):
     def edits_between(self, conversation_id: int, gt: int, le: int) -> list[EditRow]: ...
     def revision_as_of(self, conversation_id: int, position: int) -> int: ...
     def conversation_chain(self, conversation_id: int) -> list[ConvRow]: ...
+    def task_rows(self, ids: Sequence[int]) -> dict[int, TaskRow]: ...
+    def scan_task_rows(
+        self,
+        *,
+        conversation_ids: Sequence[int] | None,
+        live: bool | None,
+        role: str | None,
+        kind: str | None,
+        foreground: bool | None,
+        abort_requested: bool | None,
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[TaskRow]: ...
+    def owned_conversations(self, conversation_id: int) -> list[int]: ...
     def value_versions(
         self, levels: Sequence[tuple[int, int]], namespace: str, key: str
     ) -> list[tuple[int, str | None] | None]: ...
@@ -492,6 +527,75 @@ class StateQueries:
         rows = rows[:limit]
         items = tuple(ValueItem(ns, key or None, seq, loads(text)) for ns, key, seq, text in rows)
         return ValuePage(items, head, (rows[-1][0], rows[-1][1]) if more and rows else None)
+
+
+def _task(r: TaskRow) -> TaskSnapshot:
+    return TaskSnapshot(
+        id=r.id,
+        conversation_id=r.conversation_id,
+        kind=r.kind,
+        status=r.status,
+        role=r.role,
+        state=loads(r.state),
+        after=tuple(r.after),
+        foreground=r.foreground,
+        spawned_by=r.spawned_by,
+        owned_conversation_id=r.owned_conversation_id,
+        not_before=r.not_before,
+        required_permit=r.required_permit,
+        abort_requested=r.abort_requested,
+        updated_seq=r.updated_seq,
+    )
+
+
+class TaskQueries:
+    """Current task records (§7.2): tasks are never inherited and never historical."""
+
+    def __init__(self, store: ReadStore) -> None:
+        self.store = store
+
+    def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]:
+        with self.store.read():
+            rows = self.store.task_rows(list(ids))
+        return {i: _task(r) for i, r in rows.items()}
+
+    def scan_tasks(
+        self,
+        *,
+        conversation_ids: Sequence[int] | None = None,
+        live: bool | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        foreground: bool | None = None,
+        abort_requested: bool | None = None,
+        after: int | None = None,
+        before: int | None = None,
+        order: Order = "asc",
+        limit: int = 100,
+    ) -> Page[TaskSnapshot]:
+        limit = _limit(limit)
+        with self.store.read():
+            meta = self.store.meta()
+            rows = self.store.scan_task_rows(
+                conversation_ids=conversation_ids,
+                live=live,
+                role=role,
+                kind=kind,
+                foreground=foreground,
+                abort_requested=abort_requested,
+                gt=after,
+                lt=before,
+                order=order,
+                limit=limit + 1,
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        head = meta.head if meta else 0
+        return Page(tuple(_task(r) for r in rows), head, rows[-1].id if more and rows else None)
+
+    def owned_conversations(self, conversation_id: int) -> list[int]:
+        with self.store.read():
+            return self.store.owned_conversations(conversation_id)
 
 
 def iter_pages(queries: Queries, conversation_id: int, *, limit: int = 500) -> Iterator[Entry]:

@@ -6,10 +6,13 @@ are an ordered ``MIGRATIONS`` list applied by ``setup()``, recorded in ``pico_sc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -18,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Connection
 
@@ -180,23 +184,44 @@ list_clears = Table(
     Column("seq", BigInteger, primary_key=True),
 )
 
-V1_TABLES = [
-    "pico_events",
-    "pico_snapshots",
-    "pico_sessions",
-    "pico_commits",
-    "pico_conversations",
-    "pico_entries",
-    "pico_context_elements",
-    "pico_context_edits",
-]
-V2_TABLES = [
-    "pico_addresses",
-    "pico_values",
-    "pico_value_versions",
-    "pico_list_elements",
-    "pico_list_clears",
-]
+# -- v3: durable tasks (§5.1, §6.1, §7.6)
+tasks = Table(
+    "pico_tasks",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("id", BigInteger, primary_key=True),
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("kind", String(200), nullable=False),
+    Column("status", String(200), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("state", Text, nullable=False),
+    Column("after", Text, nullable=False),
+    Column("foreground", Boolean, nullable=False),
+    Column("spawned_by", BigInteger),
+    Column("owned_conversation_id", BigInteger),
+    Column("not_before", Float),
+    Column("required_permit", String(200)),
+    Column("abort_requested", Boolean, nullable=False),
+    Column("updated_seq", BigInteger, nullable=False),
+    Index("pico_tasks_role", "session_id", "role", "id"),
+    Index("pico_tasks_conversation", "session_id", "conversation_id", "role", "id"),
+    # Live scans never sort or touch terminal history.
+    Index(
+        "pico_tasks_live",
+        "session_id",
+        "id",
+        sqlite_where=text("role <> 'terminal'"),
+        postgresql_where=text("role <> 'terminal'"),
+    ),
+    Index(
+        "pico_tasks_live_conversation",
+        "session_id",
+        "conversation_id",
+        "id",
+        sqlite_where=text("role <> 'terminal'"),
+        postgresql_where=text("role <> 'terminal'"),
+    ),
+)
 
 schema_versions = Table(
     "pico_schema",
@@ -206,11 +231,42 @@ schema_versions = Table(
 )
 
 
-def _v1(conn: Connection) -> None:
-    metadata.create_all(conn, tables=[t for t in metadata.sorted_tables if t.name != "pico_schema"])
+def _create(*names: str) -> Callable[[Connection], None]:
+    def apply(conn: Connection) -> None:
+        metadata.create_all(conn, tables=[metadata.tables[n] for n in names])
+
+    return apply
 
 
-MIGRATIONS = [(1, "events, snapshots and the §7.6 query tables", _v1)]
+#: Ordered, append-only: a migration, once released, is never edited; add the next one.
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (
+        1,
+        "events, snapshots and the §7.6 query tables",
+        _create(
+            "pico_events",
+            "pico_snapshots",
+            "pico_sessions",
+            "pico_commits",
+            "pico_conversations",
+            "pico_entries",
+            "pico_context_elements",
+            "pico_context_edits",
+        ),
+    ),
+    (
+        2,
+        "scoped state: addresses, current values, value versions, list elements and clears",
+        _create(
+            "pico_addresses",
+            "pico_values",
+            "pico_value_versions",
+            "pico_list_elements",
+            "pico_list_clears",
+        ),
+    ),
+    (3, "durable tasks with partial indexes over live work", _create("pico_tasks")),
+]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -31,12 +31,16 @@ from pico.projections.ops import (
     DropElements,
     DropValue,
     EstablishAddress,
+    LinkOwned,
+    MarkTaskAbort,
+    PatchTask,
     PutClaim,
     PutClear,
     PutCommit,
     PutEntry,
     PutRoot,
     PutSession,
+    PutTask,
     PutValue,
     PutVersion,
     ReplacePrefix,
@@ -44,7 +48,7 @@ from pico.projections.ops import (
     RetireWorking,
     RowOp,
 )
-from pico.projections.queries import ConvRow, EditRow, EntryRow
+from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
 __all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder"]
 
@@ -335,6 +339,28 @@ _RETIRE_VALUES = "DELETE FROM pico_values WHERE session_id = ? AND scope = ? AND
 _RETIRE_ELEMENTS = "DELETE FROM pico_list_elements WHERE session_id = ? AND scope = ? AND id <= ?"
 
 
+_INSERT_TASK = (
+    "INSERT INTO pico_tasks (session_id, id, conversation_id, kind, status, role, state, "
+    "after, foreground, spawned_by, owned_conversation_id, not_before, required_permit, "
+    "abort_requested, updated_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)"
+)
+_PATCH_TASK = (
+    "UPDATE pico_tasks SET status = ?, role = ?, after = ?, not_before = ?, "
+    "required_permit = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
+)
+_PATCH_TASK_STATE = (
+    "UPDATE pico_tasks SET status = ?, role = ?, state = ?, after = ?, not_before = ?, "
+    "required_permit = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
+)
+_MARK_ABORT = (
+    "UPDATE pico_tasks SET abort_requested = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
+)
+_LINK_OWNED = (
+    "UPDATE pico_tasks SET owned_conversation_id = ?, updated_seq = ? "
+    "WHERE session_id = ? AND id = ?"
+)
+
+
 class SqlProjectionWriter:
     """Applies row ops inside the events' transaction. Touches only the rows a commit
     changes: no transcript or context rewrite per append."""
@@ -462,6 +488,61 @@ class SqlProjectionWriter:
             elif isinstance(op, RetireWorking):
                 self._x(_RETIRE_VALUES, (sid, op.scope, op.seq))
                 self._x(_RETIRE_ELEMENTS, (sid, op.scope, op.seq))
+            elif isinstance(op, PutTask):
+                self._x(
+                    _INSERT_TASK,
+                    (
+                        sid,
+                        op.task_id,
+                        op.conversation_id,
+                        op.kind,
+                        op.status,
+                        op.role,
+                        op.state,
+                        json.dumps(list(op.after)),
+                        op.foreground,
+                        op.spawned_by,
+                        op.not_before,
+                        op.required_permit,
+                        False,
+                        op.task_id,
+                    ),
+                )
+            elif isinstance(op, PatchTask):
+                after = json.dumps(list(op.after))
+                if op.state is None:
+                    self._x(
+                        _PATCH_TASK,
+                        (
+                            op.status,
+                            op.role,
+                            after,
+                            op.not_before,
+                            op.required_permit,
+                            op.seq,
+                            sid,
+                            op.task_id,
+                        ),
+                    )
+                else:
+                    self._x(
+                        _PATCH_TASK_STATE,
+                        (
+                            op.status,
+                            op.role,
+                            op.state,
+                            after,
+                            op.not_before,
+                            op.required_permit,
+                            op.seq,
+                            sid,
+                            op.task_id,
+                        ),
+                    )
+            elif isinstance(op, MarkTaskAbort):
+                self._x(_MARK_ABORT, (True, op.seq, sid, op.task_id))
+            elif isinstance(op, LinkOwned):
+                self._x(_LINK_OWNED, (op.conversation_id, op.seq, sid, op.task_id))
             elif isinstance(op, PutSession):
                 self._x(_INSERT_SESSION, (sid,))
             elif isinstance(op, PutClaim):
@@ -828,3 +909,94 @@ class SqlReadStore:
             (*params, limit),
         )
         return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+    # ------------------------------------------------------------------ task reads
+    _TASK = (
+        "SELECT id, conversation_id, kind, status, role, state, after, foreground, "
+        "spawned_by, owned_conversation_id, not_before, required_permit, abort_requested, "
+        "updated_seq FROM pico_tasks "
+    )
+
+    @staticmethod
+    def _task(r: Any) -> TaskRow:
+        return TaskRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            tuple(json.loads(r[6])),
+            bool(r[7]),
+            r[8],
+            r[9],
+            r[10],
+            r[11],
+            bool(r[12]),
+            r[13],
+        )
+
+    def task_rows(self, ids: Sequence[int]) -> dict[int, TaskRow]:
+        out: dict[int, TaskRow] = {}
+        unique = sorted(set(ids))
+        for k in range(0, len(unique), 500):
+            chunk = unique[k : k + 500]
+            rows = self._rows(
+                self._TASK + f"WHERE session_id = ? AND id IN ({self._marks(len(chunk))})",
+                (self.sid, *chunk),
+            )
+            for r in rows:
+                out[r[0]] = self._task(r)
+        return out
+
+    def scan_task_rows(
+        self,
+        *,
+        conversation_ids: Sequence[int] | None,
+        live: bool | None,
+        role: str | None,
+        kind: str | None,
+        foreground: bool | None,
+        abort_requested: bool | None,
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[TaskRow]:
+        where: list[str] = ["session_id = ?"]
+        params: list[Any] = [self.sid]
+        if conversation_ids is not None:
+            if not conversation_ids:
+                return []
+            where.append(f"conversation_id IN ({self._marks(len(conversation_ids))})")
+            params.extend(conversation_ids)
+        if live is True:
+            where.append("role <> 'terminal'")  # the partial index's predicate
+        elif live is False:
+            where.append("role = 'terminal'")
+        for clause, value in (
+            ("role = ?", role),
+            ("kind = ?", kind),
+            ("foreground = ?", foreground),
+            ("abort_requested = ?", abort_requested),
+            ("id > ?", gt),
+            ("id < ?", lt),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        direction = "ASC" if order == "asc" else "DESC"
+        rows = self._rows(
+            self._TASK + f"WHERE {' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
+            (*params, limit),
+        )
+        return [self._task(r) for r in rows]
+
+    def owned_conversations(self, conversation_id: int) -> list[int]:
+        rows = self._rows(
+            "SELECT owned_conversation_id FROM pico_tasks WHERE session_id = ? "
+            "AND conversation_id = ? AND owned_conversation_id IS NOT NULL "
+            "ORDER BY id",
+            (self.sid, conversation_id),
+        )
+        return [int(r[0]) for r in rows]

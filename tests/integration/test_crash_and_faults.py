@@ -31,6 +31,7 @@ class FaultyStorage:
         self.session_id = inner.session_id
         self.reads = inner.reads
         self.state = inner.state
+        self.tasks = inner.tasks
         self.fail: str | None = None
 
     def load(self, aggregate_id: Any) -> Aggregate | None:

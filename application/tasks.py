@@ -1,0 +1,141 @@
+"""Task definitions: replaceable units of behaviour (§5.2, §5.8).
+
+A definition maps its statuses to generic roles, lists allowed transitions and validates
+state. The harness derives a task's role from its status on every write, so role is never
+independently editable, and it refuses to open a session whose live tasks have no
+definition or an unknown status, before any execution starts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from pico.domain.errors import TaskDefinitionError
+from pico.domain.json import JsonValue
+from pico.domain.task import ROLES, Role
+from pico.domain.values import TaskSnapshot
+
+__all__ = ["TaskDefinition", "TaskExecution", "TaskRegistry"]
+
+
+class TaskExecution(Protocol):
+    """What an executing definition receives (§9.3): the execution's cancellation signal,
+    its working scope and serialized command access. Supplied by the scheduler."""
+
+    @property
+    def task_id(self) -> int: ...
+
+
+class TaskDefinition(ABC):
+    """Subclass per kind. ``roles`` maps every status to ready | inflight | waiting |
+    terminal; ``transitions`` lists the statuses each status may move to."""
+
+    kind: str
+    initial_status: str
+    roles: Mapping[str, Role]
+    transitions: Mapping[str, Sequence[str]]
+
+    def validate_state(self, value: JsonValue) -> JsonValue:
+        """Return the state to store, or raise ``ValueError``/``TypeError`` to reject it."""
+        return value
+
+    @abstractmethod
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        """Run a ready task: commit durable intent before external work (§5.8)."""
+
+    @abstractmethod
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        """Resume an inflight task, or re-arm a waiting one, after a restart."""
+
+    @abstractmethod
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        """Settle a task marked for cancellation, keeping required result records."""
+
+    # ------------------------------------------------------------------ checks
+    def check(self) -> None:
+        """Reject a malformed definition at registration."""
+        if not getattr(self, "kind", None):
+            raise TaskDefinitionError(f"{type(self).__name__} has no kind")
+        for status, role in self.roles.items():
+            if role not in ROLES:
+                raise TaskDefinitionError(
+                    f"definition {self.kind!r}: status {status!r} maps to role {role!r}; "
+                    f"roles are {ROLES}"
+                )
+        if self.initial_status not in self.roles:
+            raise TaskDefinitionError(
+                f"definition {self.kind!r}: initial status {self.initial_status!r} has no role"
+            )
+        for status, targets in self.transitions.items():
+            for target in (status, *targets):
+                if target not in self.roles:
+                    raise TaskDefinitionError(
+                        f"definition {self.kind!r}: transition names unknown status {target!r}"
+                    )
+
+    def role_of(self, status: str, *, task_id: int | None = None) -> Role:
+        role = self.roles.get(status)
+        if role is None:
+            where = "" if task_id is None else f" (task {task_id})"
+            raise TaskDefinitionError(
+                f"task kind {self.kind!r} has no status {status!r}{where}; known statuses: "
+                f"{sorted(self.roles)}"
+            )
+        return role
+
+    def check_transition(self, task_id: int, current: str, new: str) -> None:
+        if new != current and new not in self.transitions.get(current, ()):
+            raise TaskDefinitionError(
+                f"task {task_id} ({self.kind!r}) cannot move from {current!r} to {new!r}; "
+                f"allowed: {list(self.transitions.get(current, ()))}"
+            )
+
+    def check_state(self, task_id: int | None, value: JsonValue) -> JsonValue:
+        try:
+            return self.validate_state(value)
+        except (ValueError, TypeError) as exc:
+            what = "new task" if task_id is None else f"task {task_id}"
+            raise TaskDefinitionError(
+                f"{what} ({self.kind!r}): state rejected by its definition: {exc}"
+            ) from exc
+
+
+class TaskRegistry:
+    """Definitions by kind. No global registry: pass one to ``Harness.open``."""
+
+    def __init__(self, definitions: Iterable[TaskDefinition] = ()) -> None:
+        self._by_kind: dict[str, TaskDefinition] = {}
+        for definition in definitions:
+            self.register(definition)
+
+    def register(self, definition: TaskDefinition) -> None:
+        definition.check()
+        if definition.kind in self._by_kind:
+            raise TaskDefinitionError(f"task kind {definition.kind!r} is registered twice")
+        self._by_kind[definition.kind] = definition
+
+    def get(self, kind: str) -> TaskDefinition:
+        found = self._by_kind.get(kind)
+        if found is None:
+            raise TaskDefinitionError(
+                f"no definition is registered for task kind {kind!r}; pass it to "
+                "Harness.open(definitions=...)"
+            )
+        return found
+
+    def kinds(self) -> list[str]:
+        return sorted(self._by_kind)
+
+    def validate_live(self, tasks: Iterable[TaskSnapshot]) -> None:
+        """§5.2: unknown live kinds and invalid live statuses reject restoration."""
+        for task in tasks:
+            definition = self.get(task.kind)
+            role = definition.role_of(task.status, task_id=task.id)
+            if role != task.role:
+                raise TaskDefinitionError(
+                    f"task {task.id} ({task.kind!r}) is stored with role {task.role!r} but its "
+                    f"definition maps status {task.status!r} to {role!r}; migrate the stored "
+                    "tasks or fix the definition"
+                )
