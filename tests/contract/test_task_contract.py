@@ -9,11 +9,11 @@ from pico import Command
 from tests.backends import Backend
 from tests.taskdefs import JobDefinition, definitions
 
-JOB = {"command": "make test"}
+JOB: pico.JsonValue = {"command": "make test"}
 
 
-async def _open(backend: Backend, **kw: object) -> pico.Harness:
-    return await backend.open(definitions=definitions(), **kw)
+async def _open(backend: Backend) -> pico.Harness:
+    return await backend.open(definitions=definitions())
 
 
 async def test_a_task_is_created_with_its_role_derived_from_status(backend: Backend) -> None:
