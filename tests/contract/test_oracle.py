@@ -9,6 +9,7 @@ close/reopen.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,8 +20,9 @@ import pico
 from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import project
-from pico.projections.queries import Queries, StateQueries
+from pico.projections.queries import Queries, StateQueries, TaskQueries
 from tests.backends import BACKENDS, make_backend, postgres_url
+from tests.taskdefs import JobDefinition, definitions
 
 # One step of a history: (operation, conversation pick, argument picks).
 step = st.tuples(
@@ -49,6 +51,9 @@ step = st.tuples(
             "fork_independent",
             "fork_chain",
             "bad_policy",
+            "task_create",
+            "task_patch",
+            "task_abort",
         ]
     ),
     st.integers(min_value=0, max_value=50),
@@ -105,7 +110,35 @@ RICH_HISTORY = [
     ("list_append", 6, 5),
     ("value_set", 0, 7),
     ("bad_policy", 0, 0),
+    ("task_create", 0, 1),
+    ("task_create", 1, 2),
+    ("task_patch", 0, 1),
+    ("task_abort", 0, 2),
+    ("task_patch", 0, 3),
+    ("task_create", 2, 4),
 ]
+
+
+def _create_task(cid: int, arg: int, deps: list[int]) -> Callable[[pico.Command], int]:
+    def build(tx: pico.Command) -> int:
+        return tx.create_task(
+            cid,
+            "job",
+            state={"command": f"c{arg}"},
+            after=deps,
+            foreground=arg % 2 == 0,
+            not_before=float(arg) if arg % 5 == 0 else None,
+        )
+
+    return build
+
+
+def _patch_task(task_id: int, status: str) -> Callable[[pico.Command], None]:
+    return lambda tx: tx.patch_task(task_id, status=status, state={"command": status})
+
+
+def _abort_task(task_id: int) -> Callable[[pico.Command], bool]:
+    return lambda tx: tx.request_abort(task_id)
 
 
 async def _apply(h: pico.Harness, steps: list[tuple[str, int, int]]) -> None:
@@ -190,17 +223,32 @@ async def _apply(h: pico.Harness, steps: list[tuple[str, int, int]]) -> None:
                     await cur.set_value(PLAN, arg)
                     cur = await cur.fork(as_of=h.main_head(), sticky=[EXPANDED])
                     convs.append(cur.id)
+            elif op == "task_create":
+                tasks = (await h.tasks(live=True, limit=1000)).items
+                deps = [t.id for t in tasks if t.conversation_id == cid][: arg % 3]
+                await h.command(_create_task(cid, arg, deps))
+            elif op == "task_patch":
+                tasks = (await h.tasks(live=True, limit=1000)).items
+                if tasks:
+                    t = tasks[arg % len(tasks)]
+                    nxt = JobDefinition.transitions.get(t.status, [])
+                    if nxt:
+                        await h.command(_patch_task(t.id, nxt[arg % len(nxt)]))
+            elif op == "task_abort":
+                tasks = (await h.tasks(live=True, limit=1000)).items
+                if tasks:
+                    await h.command(_abort_task(tasks[arg % len(tasks)].id))
             elif op == "bad_policy":
                 await c.set_value(pico.conversation_value("plugin.plan", int, rewind=False), 1)
         except pico.CommandRejectedError:
             pass  # rejected commands must leave no trace; the comparison checks it
 
 
-def _oracle(storage: EventSourcedStorage) -> tuple[Queries, StateQueries]:
+def _oracle(storage: EventSourcedStorage) -> tuple[Queries, StateQueries, TaskQueries]:
     store = MemoryReadStore(storage.session_id)
     for batch in storage.replay():
         store.apply(project(batch))
-    return Queries(store), StateQueries(store)
+    return Queries(store), StateQueries(store), TaskQueries(store)
 
 
 def _state_view(sq: StateQueries, ids: list[int], boundaries: list[int]) -> dict[str, Any]:
@@ -225,6 +273,19 @@ def _state_view(sq: StateQueries, ids: list[int], boundaries: list[int]) -> dict
     return out
 
 
+def _task_view(tq: TaskQueries) -> dict[str, Any]:
+    everything = tq.scan_tasks(limit=1000)
+    ids = [t.id for t in everything.items]
+    return {
+        "tasks": everything,
+        "live tasks": tq.scan_tasks(live=True, limit=1000),
+        "terminal tasks": tq.scan_tasks(live=False, order="desc", limit=1000),
+        "marked": tq.scan_tasks(abort_requested=True, limit=1000),
+        "foreground waiting": tq.scan_tasks(foreground=True, role="waiting", limit=1000),
+        "by id": tq.get_tasks(ids),
+    }
+
+
 def _view(q: Any, ids: list[int], boundaries: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"meta": q.meta()}
     out["conversations"] = q.get_conversations(ids)
@@ -242,11 +303,13 @@ def _view(q: Any, ids: list[int], boundaries: list[int]) -> dict[str, Any]:
 
 
 async def _check(url: str, session: str, steps: list[tuple[str, int, int]]) -> None:
-    h = await pico.Harness.open(url, session=session)
+    h = await pico.Harness.open(url, session=session, definitions=definitions())
     await _apply(h, steps)
     head = h.head()
     await h.close()
-    h = await pico.Harness.open(url, session=session)  # compare after reopen
+    h = await pico.Harness.open(
+        url, session=session, definitions=definitions()
+    )  # compare after reopen
     storage = h._line.storage
     assert isinstance(storage, EventSourcedStorage)
     ids = [s.id for s in (await h.conversations(limit=1000)).items]
@@ -258,7 +321,7 @@ async def _check(url: str, session: str, steps: list[tuple[str, int, int]]) -> N
         }
     )
     assert h.head() == head == (boundaries[-1] if boundaries else 0)
-    queries, state = _oracle(storage)
+    queries, state, tasks = _oracle(storage)
     backend_view = _view(storage.queries, ids, boundaries)
     oracle_view = _view(queries, ids, boundaries)
     backend_view.update(_state_view(storage.state_queries, ids, boundaries))
@@ -270,8 +333,13 @@ async def _check(url: str, session: str, steps: list[tuple[str, int, int]]) -> N
             "Conversation.ListCleared",
             "Session.ValueSet",
             "Conversation.ContextPrefixReplaced",
+            "Task.Created",
+            "Task.Patched",
+            "Task.AbortRequested",
         } <= events
     oracle_view.update(_state_view(state, ids, boundaries))
+    backend_view.update(_task_view(storage.task_queries))
+    oracle_view.update(_task_view(tasks))
     # Everything, including the owner of the latest claim, must be equal.
     assert backend_view.keys() == oracle_view.keys()
     for k in backend_view:
