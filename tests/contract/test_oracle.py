@@ -116,6 +116,7 @@ RICH_HISTORY = [
     ("task_abort", 0, 2),
     ("task_patch", 0, 3),
     ("task_create", 2, 4),
+    ("task_abort", 0, 5),  # last, so no later patch hides a stale abort projection
 ]
 
 
