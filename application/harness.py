@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
+from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.line import CommandLine
 from pico.application.ports import AuditRecord, ReadPort, Storage
 from pico.application.registry import get_storage_opener
+from pico.application.scheduler import DriveOutcome, Scheduler
 from pico.application.state import (
     ConversationList,
     ConversationValue,
@@ -24,7 +26,7 @@ from pico.application.state import (
     WorkingValue,
 )
 from pico.application.tasks import TaskDefinition, TaskRegistry
-from pico.domain.errors import UnknownConversationError
+from pico.domain.errors import CommandRejectedError, UnknownConversationError
 from pico.domain.json import JsonValue
 from pico.domain.values import (
     ConversationSnapshot,
@@ -46,8 +48,10 @@ T = TypeVar("T")
 class Harness:
     """One open session. Open with ``await Harness.open("sqlite:///agent.db")``."""
 
-    def __init__(self, line: CommandLine) -> None:
+    def __init__(self, line: CommandLine, clock: Clock | None = None) -> None:
         self._line = line
+        self.scheduler = Scheduler(line, clock or SystemClock())
+        line.on_commit = self.scheduler.notify
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -59,6 +63,7 @@ class Harness:
         durability: str | None = None,
         read_only: bool = False,
         definitions: TaskRegistry | Iterable[TaskDefinition] | None = None,
+        clock: Clock | None = None,
     ) -> Harness:
         """Open (or create) a session.
 
@@ -85,7 +90,7 @@ class Harness:
             store = storage
         try:
             line = CommandLine.open(store, read_only=read_only, definitions=registry)
-            harness = cls(line)
+            harness = cls(line, clock)
             if not read_only and line.session.root_id is None:
                 await line.run(_create_root)
         except BaseException:
@@ -94,8 +99,35 @@ class Harness:
         return harness
 
     async def close(self) -> None:
-        """Stop using this handle; durable state stays as committed."""
+        """Stop local executions cooperatively and release storage. Writes no outcome:
+        unfinished durable tasks stay resumable by the next owner (§6.6)."""
+        if not self._line.closed:
+            await self.scheduler.close()
         self._line.close()
+
+    # ------------------------------------------------------------------ scheduling (§6)
+    async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:
+        """Execute live work in every conversation tree until the session has no live task
+        (``idle``), needs an outside event or permission (``suspended``), or closes."""
+        return await self.scheduler.drive(None, permits=permits)
+
+    async def inspect(self) -> dict[str, list[TaskSnapshot]]:
+        """Live tasks by role (ready / inflight / waiting)."""
+        live = self.scheduler._live(None)
+        return {
+            role: [t for t in live if t.role == role] for role in ("ready", "inflight", "waiting")
+        }
+
+    async def shutdown(self) -> None:
+        """Mark ALL live work for cancellation (background and owned descendants included),
+        drive the cancellation to settlement, then close (§6.6). A crash midway leaves the
+        marks for the next owner."""
+        self._line.check_usable(write=True)
+        live = self.scheduler._live(None)
+        if live:
+            await self.command(lambda tx: [tx.request_abort(t.id) for t in live])
+            await self.scheduler.drive(None)
+        await self.close()
 
     async def __aenter__(self) -> Harness:
         return self
@@ -461,6 +493,75 @@ class ConversationHandle:
             )
         )
         return ConversationHandle(self.harness, new_id)
+
+    # ------------------------------------------------------------------ scheduling (§6)
+    async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:
+        """Execute work in this conversation and the conversations its tasks own. ``idle``
+        when no required foreground work or selected cancellation remains; detached
+        background work is serviced while the drive runs but not waited for."""
+        return await self.harness.scheduler.drive(self.id, permits=permits)
+
+    async def abort(self) -> list[int]:
+        """Durably mark the current required foreground work (§5.6, §6.4): foreground tasks
+        in this tree and their unfinished dependencies. Returns the newly marked ids; a
+        repeated abort joins the outstanding one. A drive performs the cleanup."""
+        scheduler = self.harness.scheduler
+        live = scheduler._live(self.id)
+        by_id = {t.id: t for t in live}
+        selected = {t.id for t in live if t.foreground}
+        frontier = list(selected)
+        while frontier:  # unfinished dependencies are required work too
+            task = by_id.get(frontier.pop())
+            for dep in task.after if task else ():
+                if dep in by_id and dep not in selected:
+                    selected.add(dep)
+                    frontier.append(dep)
+        targets = sorted(i for i in selected if not by_id[i].abort_requested)
+        if targets:
+            await self.harness.command(lambda tx: [tx.request_abort(i) for i in targets])
+        return targets
+
+    async def abort_background(self, task_id: int | None = None) -> list[int]:
+        """Mark detached background work: a background root (not required by foreground
+        work), its unfinished dependencies and all live work in conversations it owns.
+        Without ``task_id``, every detached root in this tree."""
+        scheduler = self.harness.scheduler
+        live = scheduler._live(self.id)
+        by_id = {t.id: t for t in live}
+        required: set[int] = set()
+        frontier = [t.id for t in live if t.foreground]
+        while frontier:
+            tid = frontier.pop()
+            if tid in required:
+                continue
+            required.add(tid)
+            frontier.extend(d for d in by_id[tid].after if d in by_id)
+        roots = [t for t in live if t.id not in required]
+        if task_id is not None:
+            roots = [t for t in roots if t.id == task_id]
+            if not roots:
+                raise CommandRejectedError(
+                    f"task {task_id} is not live detached background work in conversation "
+                    f"{self.id}; abort foreground work with conversation.abort()"
+                )
+        selected: set[int] = set()
+        cache: dict[int, bool] = {}
+        for root in roots:
+            selected.add(root.id)
+            stack = list(root.after)
+            while stack:
+                dep = stack.pop()
+                if dep in by_id and dep not in selected:
+                    selected.add(dep)
+                    stack.extend(by_id[dep].after)
+            if root.owned_conversation_id is not None:
+                for t in live:
+                    if scheduler._in_tree(t.conversation_id, root.owned_conversation_id, cache):
+                        selected.add(t.id)
+        targets = sorted(i for i in selected if not by_id[i].abort_requested)
+        if targets:
+            await self.harness.command(lambda tx: [tx.request_abort(i) for i in targets])
+        return targets
 
     async def delete(self) -> None:
         await self.harness.delete_conversation(self.id)

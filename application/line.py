@@ -64,6 +64,8 @@ class CommandLine:
         self._cache: OrderedDict[int, Conversation] = OrderedDict()
         self._task_cache: OrderedDict[int, Task] = OrderedDict()
         self.definitions = definitions or TaskRegistry()
+        # Called after every durable commit (the scheduler wakes its drives).
+        self.on_commit: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -225,6 +227,8 @@ class CommandLine:
             self._remember(conv)
         for task in tx.touched_tasks.values():
             self._remember_task(task)
+        if self.on_commit is not None:
+            self.on_commit()
 
     def _reload_session(self) -> None:
         loaded = self.storage.load(session_uuid(self.session_id))

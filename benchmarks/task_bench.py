@@ -84,9 +84,12 @@ def main() -> None:
     urls = {"sqlite": f"sqlite:///{tmp / 'tasks.db'}"}
     if os.environ.get("PICO_TEST_POSTGRES_URL"):
         urls["postgresql"] = os.environ["PICO_TEST_POSTGRES_URL"]
-    lines = ["Reopen (claim + live-task validation) and list live tasks; 2 live tasks", "",
-             "| backend | terminal tasks | reopen ms (median of 5) | task rows read |",
-             "|---|---|---|---|"]
+    lines = [
+        "Reopen (claim + live-task validation) and list live tasks; 2 live tasks",
+        "",
+        "| backend | terminal tasks | reopen ms (median of 5) | task rows read |",
+        "|---|---|---|---|",
+    ]
     for name in args.backends.split(","):
         if name not in urls:
             continue

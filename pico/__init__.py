@@ -6,10 +6,12 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 
 from __future__ import annotations
 
+from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.harness import ConversationHandle, Harness
 from pico.application.ports import AuditRecord, Storage
 from pico.application.registry import set_storage_opener
+from pico.application.scheduler import DriveOutcome, Execution, StaleExecutionError
 from pico.application.state import (
     ConversationList,
     ConversationValue,
@@ -80,6 +82,7 @@ set_storage_opener(open_storage)
 __all__ = [
     "AddressPolicyError",
     "AuditRecord",
+    "Clock",
     "ClosedError",
     "Command",
     "CommandRejectedError",
@@ -91,8 +94,11 @@ __all__ = [
     "ConversationList",
     "ConversationSnapshot",
     "ConversationValue",
+    "DriveOutcome",
     "Entry",
     "ExchangeSplitError",
+    "Execution",
+    "FakeClock",
     "HandleFaultedError",
     "Harness",
     "HistoricalReadError",
@@ -114,12 +120,14 @@ __all__ = [
     "SessionMeta",
     "SessionValue",
     "Source",
+    "StaleExecutionError",
     "StalePrefixError",
     "StaleWriterError",
     "Storage",
     "StorageCorruptError",
     "StoredTypeError",
     "StoredValue",
+    "SystemClock",
     "TaskDefinition",
     "TaskDefinitionError",
     "TaskExecution",

@@ -1,0 +1,272 @@
+"""The scheduler (§6): executes durable task records inside drive scopes.
+
+One scheduler per open session; overlapping drives share it, so each task has at most one
+local execution (its *claim*). A pass reads live tasks only (bounded, indexed), signals
+every marked execution first, then claims and launches: ready tasks whose dependencies are
+terminal, whose ``not_before`` has passed and whose permit the covering drive supplies;
+inflight tasks to recover; waiting tasks to re-arm once per waiting phase; marked tasks to
+run their definition's ``abort`` under the same claim that joined their execution. It never
+awaits an effect inside the scan, and an unexpected exception from an effect faults the
+handle instead of relaunching forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pico.application.clock import Clock
+from pico.application.command import Command
+from pico.application.state import WorkingScope
+from pico.domain.errors import PicoError
+from pico.domain.values import TaskSnapshot
+
+if TYPE_CHECKING:
+    from pico.application.line import CommandLine
+
+__all__ = ["DriveOutcome", "Execution", "Scheduler", "StaleExecutionError"]
+
+T = TypeVar("T")
+DriveOutcome = Literal["idle", "suspended", "closed"]
+Mode = Literal["execute", "recover", "abort"]
+
+
+class StaleExecutionError(PicoError):
+    """An effect wrote after its execution ended (claim released, task settled or marked)."""
+
+
+@dataclass
+class _Claim:
+    task_id: int
+    mode: Mode
+    signal: asyncio.Event = field(default_factory=asyncio.Event)
+    job: asyncio.Task[None] | None = None
+
+
+class Execution:
+    """What a definition receives (§9.3): the signal, a working scope, command access that
+    is refused once this execution is no longer the task's claim."""
+
+    def __init__(self, scheduler: Scheduler, task: TaskSnapshot, claim: _Claim) -> None:
+        self._scheduler = scheduler
+        self._claim = claim
+        self.task_id = task.id
+        self.mode: Mode = claim.mode
+        self.working_scope = WorkingScope(f"task/{task.id}")
+
+    @property
+    def signal(self) -> asyncio.Event:
+        """Set when this execution should stop (abort, close, shutdown)."""
+        return self._claim.signal
+
+    @property
+    def cancelled(self) -> bool:
+        return self._claim.signal.is_set()
+
+    @property
+    def definitions(self) -> Any:
+        return self._scheduler.line.definitions
+
+    def current(self) -> TaskSnapshot:
+        """The committed task record, re-read."""
+        found = self._scheduler.line.storage.tasks.get_tasks([self.task_id]).get(self.task_id)
+        assert found is not None
+        return found
+
+    async def command(self, build: Callable[[Command], T | Awaitable[T]]) -> T:
+        """Run a command as this execution; refused when the claim is gone."""
+        if self._scheduler.executing.get(self.task_id) is not self._claim:
+            raise StaleExecutionError(
+                f"task {self.task_id}: this {self.mode} execution has ended; a late callback "
+                "cannot write through it"
+            )
+        return await self._scheduler.line.run(build)
+
+    async def working(self, build: Callable[[Any], T | Awaitable[T]]) -> T:
+        """A working-scope command in this execution's own scope."""
+        if self._scheduler.executing.get(self.task_id) is not self._claim:
+            raise StaleExecutionError(f"task {self.task_id}: this execution has ended")
+        return await self._scheduler.line.run(build, working=self.working_scope)
+
+
+class Scheduler:
+    def __init__(self, line: CommandLine, clock: Clock) -> None:
+        self.line = line
+        self.clock = clock
+        self.executing: dict[int, _Claim] = {}
+        self._armed: set[tuple[int, int]] = set()  # (task, updated_seq) waiting phases
+        self._waiters: set[asyncio.Future[None]] = set()
+        self.closed = False
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------------ notifications
+    def notify(self) -> None:
+        """A commit landed or an execution ended: wake every waiting drive."""
+        for waiter in list(self._waiters):
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def _subscribe(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(future)
+        return future
+
+    # ------------------------------------------------------------------ scope
+    def _live(self, conversation_id: int | None) -> list[TaskSnapshot]:
+        tasks = self.line.storage.tasks
+        out: list[TaskSnapshot] = []
+        after: int | None = None
+        while True:  # live rows only (partial index); terminal history is never read
+            page = tasks.scan_tasks(live=True, after=after, limit=500)
+            out.extend(page.items)
+            if page.next is None:
+                break
+            after = page.next
+        if conversation_id is None:
+            return out
+        cache: dict[int, bool] = {}
+        return [t for t in out if self._in_tree(t.conversation_id, conversation_id, cache)]
+
+    def _in_tree(self, conversation_id: int, root: int, cache: dict[int, bool]) -> bool:
+        """Is ``conversation_id`` ``root`` or owned (transitively) by work in it? Ancestor
+        point reads, shared within one pass; fork provenance never counts."""
+        path: list[int] = []
+        conv: int | None = conversation_id
+        result = False
+        while conv is not None:
+            if conv in cache:
+                result = cache[conv]
+                break
+            path.append(conv)
+            if conv == root:
+                result = True
+                break
+            snap = self.line.storage.reads.get_conversations([conv]).get(conv)
+            owner = None if snap is None else snap.owner_task_id
+            if owner is None:
+                break
+            task = self.line.storage.tasks.get_tasks([owner]).get(owner)
+            conv = None if task is None else task.conversation_id
+        for c in path:
+            cache[c] = result
+        return result
+
+    # ------------------------------------------------------------------ drive
+    async def drive(
+        self, conversation_id: int | None = None, *, permits: Iterable[str] = ()
+    ) -> DriveOutcome:
+        allowed = frozenset(permits)
+        while True:
+            if self.closed:
+                return "closed"
+            if self.error is not None:
+                raise self.error
+            self.line.check_usable()
+            changed = self._subscribe()
+            live = self._live(conversation_id)
+            now = self.clock.now()
+            next_timer: float | None = None
+            deps = self._dependencies(live)
+            # Signal every affected execution before joining any (§6.5).
+            for task in live:
+                claim = self.executing.get(task.id)
+                if task.abort_requested and claim is not None and claim.mode != "abort":
+                    claim.signal.set()
+            for task in live:
+                if task.id in self.executing:
+                    continue
+                if task.abort_requested:
+                    self._launch(task, "abort")
+                elif task.role == "ready":
+                    if not all(deps.get(d, "terminal") == "terminal" for d in task.after):
+                        continue
+                    if task.required_permit is not None and task.required_permit not in allowed:
+                        continue
+                    if task.not_before is not None and task.not_before > now:
+                        next_timer = (
+                            task.not_before
+                            if next_timer is None
+                            else min(next_timer, task.not_before)
+                        )
+                        continue
+                    self._launch(task, "execute")
+                elif task.role == "inflight":
+                    self._launch(task, "recover")
+                elif task.role == "waiting" and (task.id, task.updated_seq) not in self._armed:
+                    self._armed.add((task.id, task.updated_seq))
+                    self._launch(task, "recover")
+            running = any(t.id in self.executing for t in live)
+            if self._finished(conversation_id, live) and (
+                not running or conversation_id is not None
+            ):
+                changed.cancel()
+                return "idle"
+            if not running and next_timer is None:
+                changed.cancel()
+                return "suspended"
+            waits: list[asyncio.Future[Any]] = [changed]
+            timer = None
+            if next_timer is not None:
+                timer = asyncio.ensure_future(self.clock.sleep_until(next_timer))
+                waits.append(timer)
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if timer is not None and not timer.done():
+                    timer.cancel()
+                self._waiters.discard(changed)
+
+    def _dependencies(self, live: list[TaskSnapshot]) -> dict[int, str]:
+        """Roles of every dependency named by a live task, in one batched read."""
+        wanted = {d for t in live for d in t.after}
+        if not wanted:
+            return {}
+        return {i: t.role for i, t in self.line.storage.tasks.get_tasks(list(wanted)).items()}
+
+    @staticmethod
+    def _finished(conversation_id: int | None, live: list[TaskSnapshot]) -> bool:
+        if conversation_id is None:
+            return not live  # a session drive is idle only with no live task anywhere
+        # A conversation drive waits for required foreground work and selected
+        # cancellation, not for detached background work (§6.2).
+        return not any(t.foreground or t.abort_requested for t in live)
+
+    # ------------------------------------------------------------------ executions
+    def _launch(self, task: TaskSnapshot, mode: Mode) -> None:
+        claim = _Claim(task.id, mode)  # claimed before launching (§6.3)
+        self.executing[task.id] = claim
+        claim.job = asyncio.ensure_future(self._run(task, claim))
+
+    async def _run(self, task: TaskSnapshot, claim: _Claim) -> None:
+        definition = self.line.definitions.get(task.kind)
+        try:
+            ctx = Execution(self, task, claim)
+            handler = getattr(definition, claim.mode)
+            await handler(task, ctx)
+            if claim.mode != "abort" and not self.closed:
+                # Join, re-read, then abort under the SAME claim (§6.5).
+                current = ctx.current()
+                if current.abort_requested and current.live:
+                    claim.mode = "abort"
+                    await definition.abort(current, Execution(self, current, claim))
+        except Exception as exc:  # an effect's unexpected failure faults the handle
+            if not isinstance(exc, StaleExecutionError) or not self.closed:
+                self.error = exc
+                self.line.fault(f"task {task.id} ({task.kind}) {claim.mode} raised {exc!r}")
+        finally:
+            if self.executing.get(task.id) is claim:
+                del self.executing[task.id]
+            self.notify()
+
+    async def close(self) -> None:
+        """Seal, signal local executions, wait for the cooperative ones; write nothing."""
+        self.closed = True
+        for claim in list(self.executing.values()):
+            claim.signal.set()
+        jobs = [c.job for c in self.executing.values() if c.job is not None]
+        if jobs:
+            await asyncio.gather(*jobs, return_exceptions=True)
+        self.notify()
