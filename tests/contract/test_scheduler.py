@@ -58,7 +58,7 @@ async def test_dependencies_mean_terminal_not_successful(backend: Backend) -> No
         blocked = tx.create_task(c.id, "work", after=[w])
         return a, b, t, w, blocked
 
-    a, b, t, w, blocked = await h.command(graph)
+    _a, _b, t, _w, blocked = await h.command(graph)
     work.on_recover = lambda task, ctx: asyncio.sleep(0)  # a waiting task stays waiting
     assert await _bounded(h.drive()) == "suspended"
     assert ("execute", t) in work.calls  # failed and done dependencies both unblock
