@@ -45,6 +45,22 @@ class _Claim:
     job: asyncio.Task[None] | None = None
 
 
+Reconcile = Callable[[Any, "Execution"], Awaitable[None]]
+
+
+@dataclass
+class _Observer:
+    """A live-phase subscription of one waiting task (§9.3); not another executor."""
+
+    task_id: int
+    phase: int  # the task's updated_seq when installed: a new phase needs a new observer
+    reconcile: Reconcile
+    unsubscribe: Callable[[], None]
+    events: list[Any] = field(default_factory=list)
+    initial: bool = True  # the initial reconcile (event None) is still owed
+    sealed: bool = False
+
+
 class Execution:
     """What a definition receives (§9.3): the signal, a working scope, command access that
     is refused once this execution is no longer the task's claim."""
@@ -84,6 +100,17 @@ class Execution:
             )
         return await self._scheduler.line.run(build)
 
+    def observe(
+        self,
+        subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
+        reconcile: Reconcile,
+    ) -> None:
+        """Install a live-phase observer for this waiting task: ``subscribe(notify)`` is
+        registered BEFORE an initial ``reconcile(None, ctx)``, so a condition already
+        satisfied is not lost; later events queue and each reconciliation runs under the
+        task's claim with a fresh context. Phase exit, settlement or close seals it."""
+        self._scheduler.install_observer(self.task_id, subscribe, reconcile)
+
     async def working(self, build: Callable[[Any], T | Awaitable[T]]) -> T:
         """A working-scope command in this execution's own scope."""
         if self._scheduler.executing.get(self.task_id) is not self._claim:
@@ -97,6 +124,7 @@ class Scheduler:
         self.clock = clock
         self.executing: dict[int, _Claim] = {}
         self._armed: set[tuple[int, int]] = set()  # (task, updated_seq) waiting phases
+        self.observers: dict[int, _Observer] = {}
         self._waiters: set[asyncio.Future[None]] = set()
         self.closed = False
         self.error: BaseException | None = None
@@ -108,6 +136,35 @@ class Scheduler:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
+
+    def install_observer(
+        self,
+        task_id: int,
+        subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
+        reconcile: Reconcile,
+    ) -> None:
+        task = self.line.storage.tasks.get_tasks([task_id]).get(task_id)
+        if task is None or self.closed:
+            return
+        old = self.observers.pop(task_id, None)
+        if old is not None:
+            self._seal(old)
+        observer = _Observer(task_id, task.updated_seq, reconcile, lambda: None)
+
+        def notify(event: Any) -> None:
+            if observer.sealed:
+                return  # a late notification after phase exit or close is dropped
+            observer.events.append(event)
+            self.notify()
+
+        self.observers[task_id] = observer
+        observer.unsubscribe = subscribe(notify)
+        self.notify()
+
+    def _seal(self, observer: _Observer) -> None:
+        if not observer.sealed:
+            observer.sealed = True
+            observer.unsubscribe()
 
     def _subscribe(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -175,8 +232,26 @@ class Scheduler:
                 claim = self.executing.get(task.id)
                 if task.abort_requested and claim is not None and claim.mode != "abort":
                     claim.signal.set()
+            by_id = {t.id: t for t in live}
+            for observer in list(self.observers.values()):
+                watched = by_id.get(observer.task_id)
+                if watched is None:  # outside this scope, or no longer live: read it
+                    watched = self.line.storage.tasks.get_tasks([observer.task_id]).get(
+                        observer.task_id
+                    )
+                if watched is None or watched.role != "waiting" or watched.abort_requested:
+                    self._seal(observer)  # phase exit: settlement, new status, cancellation
+                    del self.observers[observer.task_id]
             for task in live:
                 if task.id in self.executing:
+                    continue
+                installed = self.observers.get(task.id)
+                if (
+                    installed is not None
+                    and not task.abort_requested
+                    and (installed.initial or installed.events)
+                ):
+                    self._reconcile(task, installed)
                     continue
                 if task.abort_requested:
                     self._launch(task, "abort")
@@ -235,6 +310,25 @@ class Scheduler:
         return not any(t.foreground or t.abort_requested for t in live)
 
     # ------------------------------------------------------------------ executions
+    def _reconcile(self, task: TaskSnapshot, observer: _Observer) -> None:
+        event = None if observer.initial else observer.events.pop(0)
+        observer.initial = False
+        claim = _Claim(task.id, "recover")
+        self.executing[task.id] = claim
+
+        async def run() -> None:
+            try:
+                await observer.reconcile(event, Execution(self, task, claim))
+            except Exception as exc:
+                self.error = exc
+                self.line.fault(f"task {task.id} observer raised {exc!r}")
+            finally:
+                if self.executing.get(task.id) is claim:
+                    del self.executing[task.id]
+                self.notify()
+
+        claim.job = asyncio.ensure_future(run())
+
     def _launch(self, task: TaskSnapshot, mode: Mode) -> None:
         claim = _Claim(task.id, mode)  # claimed before launching (§6.3)
         self.executing[task.id] = claim
@@ -264,6 +358,9 @@ class Scheduler:
     async def close(self) -> None:
         """Seal, signal local executions, wait for the cooperative ones; write nothing."""
         self.closed = True
+        for observer in list(self.observers.values()):
+            self._seal(observer)
+        self.observers.clear()
         for claim in list(self.executing.values()):
             claim.signal.set()
         jobs = [c.job for c in self.executing.values() if c.job is not None]

@@ -430,3 +430,87 @@ async def test_a_conversation_drive_does_not_wait_for_detached_background_work(
     assert await _bounded(h.drive()) == "idle"  # a session drive waits for everything
     assert (await h.task(bg)).status == "done"  # type: ignore[union-attr]
     await h.close()
+
+
+class Outside:
+    """An outside event source (a human, a process): subscribers get its events."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+        self.satisfied = False
+
+    def subscribe(self, notify: Any) -> Any:
+        self.listeners.append(notify)
+        return lambda: self.listeners.remove(notify)
+
+    def emit(self, event: Any) -> None:
+        for notify in list(self.listeners):
+            notify(event)
+
+
+def _observing(outside: Outside, seen: list[Any]) -> Any:
+    async def reconcile(event: Any, ctx: Execution) -> None:
+        seen.append(event)
+        if outside.satisfied or event == "done":
+            await settle(ctx, "done")
+
+    async def arm(task: Any, ctx: Execution) -> None:
+        ctx.observe(outside.subscribe, reconcile)
+
+    return arm
+
+
+async def test_an_observer_reconciles_initially_then_on_events(backend: Backend) -> None:
+    work = Scripted()
+    outside, seen = Outside(), []
+    work.on_recover = _observing(outside, seen)
+    h = await _open(backend, work)
+    c = await h.root()
+    tid = await h.command(_create(c.id, status="waiting", foreground=True))
+    assert await _bounded(c.drive()) == "suspended"  # installed: waiting for the outside
+    assert seen == [None] and len(outside.listeners) == 1  # the initial reconcile ran
+    outside.emit("progress")
+    assert await _bounded(c.drive()) == "suspended"
+    outside.emit("done")
+    assert await _bounded(c.drive()) == "idle"
+    assert seen == [None, "progress", "done"]
+    assert outside.listeners == []  # settlement ends the phase: unsubscribed
+    assert (await h.task(tid)).status == "done"  # type: ignore[union-attr]
+    await h.close()
+
+
+async def test_an_already_satisfied_condition_is_not_lost(backend: Backend) -> None:
+    work = Scripted()
+    outside, seen = Outside(), []
+    outside.satisfied = True  # happened before anyone subscribed
+    work.on_recover = _observing(outside, seen)
+    h = await _open(backend, work)
+    c = await h.root()
+    tid = await h.command(_create(c.id, status="waiting", foreground=True))
+    assert await _bounded(c.drive()) == "idle"
+    assert seen == [None] and (await h.task(tid)).status == "done"  # type: ignore[union-attr]
+    await h.close()
+
+
+async def test_observers_are_rearmed_after_reopen_not_duplicated(backend: Backend) -> None:
+    outside, seen = Outside(), []
+    work = Scripted()
+    work.on_recover = _observing(outside, seen)
+    h = await _open(backend, work)
+    c = await h.root()
+    await h.command(_create(c.id, status="waiting", foreground=True))
+    assert await _bounded(c.drive()) == "suspended"
+    assert await _bounded(c.drive()) == "suspended"
+    assert len(outside.listeners) == 1  # one per waiting phase, not per drive
+    await h.close()
+    assert outside.listeners == []  # close seals observers
+    outside.emit("during close")  # a notification after close reaches no one
+    work2 = Scripted()
+    work2.on_recover = _observing(outside, seen)
+    h2 = await _open(backend, work2)
+    assert await _bounded((await h2.root()).drive()) == "suspended"
+    assert len(outside.listeners) == 1  # restored by recovery in the new process
+    outside.emit("done")
+    assert await _bounded((await h2.root()).drive()) == "idle"
+    assert "during close" not in seen
+    await h2.close()
