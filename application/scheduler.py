@@ -254,6 +254,8 @@ class Scheduler:
                     self._reconcile(task, installed)
                     continue
                 if task.abort_requested:
+                    if self._owns_live_work(task, live):
+                        continue  # a marked owner settles after its child work (§6.5)
                     self._launch(task, "abort")
                 elif task.role == "ready":
                     if not all(deps.get(d, "terminal") == "terminal" for d in task.after):
@@ -293,6 +295,15 @@ class Scheduler:
                 if timer is not None and not timer.done():
                     timer.cancel()
                 self._waiters.discard(changed)
+
+    def _owns_live_work(self, task: TaskSnapshot, live: list[TaskSnapshot]) -> bool:
+        """Does live work remain in the conversation subtree this task owns?"""
+        owned = task.owned_conversation_id
+        if owned is None:
+            return False
+        # The drive's live set already covers every owned subtree of a task in scope.
+        cache: dict[int, bool] = {}
+        return any(t.id != task.id and self._in_tree(t.conversation_id, owned, cache) for t in live)
 
     def _dependencies(self, live: list[TaskSnapshot]) -> dict[int, str]:
         """Roles of every dependency named by a live task, in one batched read."""

@@ -462,7 +462,8 @@ def _observing(outside: Outside, seen: list[Any]) -> Any:
 
 async def test_an_observer_reconciles_initially_then_on_events(backend: Backend) -> None:
     work = Scripted()
-    outside, seen = Outside(), []
+    outside = Outside()
+    seen: list[Any] = []
     work.on_recover = _observing(outside, seen)
     h = await _open(backend, work)
     c = await h.root()
@@ -481,7 +482,8 @@ async def test_an_observer_reconciles_initially_then_on_events(backend: Backend)
 
 async def test_an_already_satisfied_condition_is_not_lost(backend: Backend) -> None:
     work = Scripted()
-    outside, seen = Outside(), []
+    outside = Outside()
+    seen: list[Any] = []
     outside.satisfied = True  # happened before anyone subscribed
     work.on_recover = _observing(outside, seen)
     h = await _open(backend, work)
@@ -493,7 +495,8 @@ async def test_an_already_satisfied_condition_is_not_lost(backend: Backend) -> N
 
 
 async def test_observers_are_rearmed_after_reopen_not_duplicated(backend: Backend) -> None:
-    outside, seen = Outside(), []
+    outside = Outside()
+    seen: list[Any] = []
     work = Scripted()
     work.on_recover = _observing(outside, seen)
     h = await _open(backend, work)
@@ -513,4 +516,74 @@ async def test_observers_are_rearmed_after_reopen_not_duplicated(backend: Backen
     outside.emit("done")
     assert await _bounded((await h2.root()).drive()) == "idle"
     assert "during close" not in seen
+    await h2.close()
+
+
+@pytest.mark.parametrize("child_first", [True, False])
+async def test_a_marked_owner_settles_only_after_its_child_work(
+    backend: Backend, child_first: bool
+) -> None:
+    """Child work finishing during owner cancellation: the owner's abort waits for the
+    child's selected work, whichever is signalled first; no success overwrites it."""
+    work = Scripted()
+    child_entered, child_release = asyncio.Event(), asyncio.Event()
+    order: list[str] = []
+
+    async def child_effect(task: Any, ctx: Execution) -> None:
+        child_entered.set()
+        await child_release.wait()
+        if ctx.current().abort_requested:
+            order.append("child aborted")
+            return  # the scheduler runs its abort under the same claim
+        await settle(ctx, "done")
+
+    async def abort(task: Any, ctx: Execution) -> None:
+        order.append(f"abort {task.id}")
+        await settle(ctx, "aborted")
+
+    work.on_execute = child_effect
+    work.on_abort = abort
+    work.on_recover = lambda task, ctx: asyncio.sleep(0)
+    h = await _open(backend, work)
+    c = await h.root()
+
+    def plan(tx: Command) -> tuple[int, int]:
+        owner = tx.create_task(c.id, "work", status="waiting", foreground=True)
+        child = tx.create_owned_conversation(owner)
+        inner = tx.create_task(child, "work", foreground=True)
+        return owner, inner
+
+    owner, inner = await h.command(plan)
+    drive = asyncio.ensure_future(c.drive())
+    await _bounded(child_entered.wait())
+    marked = await c.abort()
+    assert set(marked) == {owner, inner}
+    if not child_first:  # the owner's cancellation is ready first: it must wait
+        await _yield(50)
+        assert order == []  # neither the owner's abort nor anything else ran
+    child_release.set()
+    assert await _bounded(drive) == "idle"
+    assert order == ["child aborted", f"abort {inner}", f"abort {owner}"]
+    tasks = await h.get_tasks([owner, inner])
+    assert {t.status for t in tasks.values()} == {"aborted"}
+    await h.close()
+
+
+async def test_a_crash_during_shutdown_leaves_marks_the_next_owner_reconciles(
+    backend: Backend,
+) -> None:
+    work = Scripted()
+    work.on_recover = lambda task, ctx: asyncio.sleep(0)
+    h = await _open(backend, work)
+    c = await h.root()
+    ids = await h.command(
+        lambda tx: [tx.create_task(c.id, "work", status="waiting") for _ in range(3)]
+    )
+    await h.command(lambda tx: [tx.request_abort(i) for i in ids])  # shutdown's first step
+    await h.close()  # ... and the process stops before driving the cancellation
+    work2 = Scripted()
+    h2 = await _open(backend, work2)
+    assert await _bounded(h2.drive()) == "idle"
+    assert sorted(work2.calls) == sorted(("abort", i) for i in ids)
+    assert {t.status for t in (await h2.get_tasks(ids)).values()} == {"aborted"}
     await h2.close()
