@@ -85,6 +85,10 @@ class Execution:
     def definitions(self) -> Any:
         return self._scheduler.line.definitions
 
+    def task(self, task_id: int) -> TaskSnapshot | None:
+        """Any committed task record (e.g. a dependency's outcome)."""
+        return self._scheduler.line.storage.tasks.get_tasks([task_id]).get(task_id)
+
     def current(self) -> TaskSnapshot:
         """The committed task record, re-read."""
         found = self._scheduler.line.storage.tasks.get_tasks([self.task_id]).get(self.task_id)

@@ -15,7 +15,9 @@ import pytest
 from pytest_bdd import given, parsers, then, when
 
 import pico
+from pico.application.scheduler import Execution
 from tests.backends import Backend
+from tests.scheddefs import Scripted, settle
 
 
 @dataclass
@@ -29,6 +31,8 @@ class World:
     head_before: int | None = None
     others: list[pico.Harness] = field(default_factory=list)
     addresses: dict[str, Any] = field(default_factory=dict)
+    work: Scripted = field(default_factory=lambda: _scripted())
+    outcome: str | None = None
 
     def run(self, coro: Any) -> Any:
         return self.runner.run(coro)
@@ -74,7 +78,7 @@ def _names(text: str) -> list[str]:
 
 @given(parsers.parse('a session with conversation "{name}"'), target_fixture="world")
 def a_session(world: World, name: str) -> World:
-    world.harness = world.run(world.backend.open())
+    world.harness = world.run(world.backend.open(definitions=[world.work]))
     world.names[name] = world.run(world.h.root()).id
     return world
 
@@ -207,7 +211,7 @@ def first_owner_appends(world: World, name: str, conv: str) -> None:
 @when("the session is closed and opened again")
 def reopen(world: World) -> None:
     world.run(world.h.close())
-    world.harness = world.run(world.backend.open())
+    world.harness = world.run(world.backend.open(definitions=[world.work]))
 
 
 # ------------------------------------------------------------------ Then
@@ -407,3 +411,208 @@ def frames_are(world: World, scope: str, values: str) -> None:
 @then("the main history did not advance")
 def main_history_unchanged(world: World) -> None:
     assert world.h.main_head() == world.positions["before working"]
+
+
+# ------------------------------------------------------------------ tasks (§5, §6)
+# Task behaviour comes from the task's state, so a scenario names intent, not code:
+#   {"role": "delegator"}  delegates to a subagent (an owned child conversation) and waits
+#                          durably for it by depending on the subagent's owner task;
+#   {"role": "child"}      settles itself and its owner in one command, with a result;
+#   {"role": "outside"}    waits for an outside event (stays waiting);
+#   anything else          settles "done" when executed.
+
+
+def _scripted() -> Scripted:
+    work = Scripted()
+    work.on_execute = _execute
+    work.on_recover = _recover
+    return work
+
+
+async def _execute(task: pico.TaskSnapshot, ctx: Execution) -> None:
+    state = task.state if isinstance(task.state, dict) else {}
+    role = state.get("role")
+    if role == "delegator" and not state.get("owner"):
+        permit = str(state["permit"]) if state.get("permit") is not None else None
+
+        def delegate(tx: pico.Command) -> None:  # ONE command, then the effect returns
+            owner = tx.create_task(
+                task.conversation_id,
+                "work",
+                status="waiting",
+                state={"role": "owner"},
+                spawned_by=task.id,
+            )
+            child = tx.create_owned_conversation(owner)
+            tx.create_task(
+                child,
+                "work",
+                foreground=True,
+                required_permit=permit,
+                state={"role": "child", "owner": owner},
+            )
+            tx.patch_task(task.id, state={**state, "owner": owner}, after=[owner])
+
+        await ctx.command(delegate)
+    elif role == "delegator":
+        owner = state["owner"]
+        assert isinstance(owner, int)
+        settled = ctx.task(owner)  # the subagent's stored outcome, not a promise
+        owner_state = settled.state if settled is not None else None
+        answer = owner_state.get("result") if isinstance(owner_state, dict) else None
+        await ctx.command(
+            lambda tx: tx.patch_task(task.id, status="done", state={**state, "result": answer})
+        )
+    elif role == "child":
+        owner = state["owner"]
+        assert isinstance(owner, int)
+
+        def finish(tx: pico.Command) -> None:  # the child settles its owner too
+            tx.patch_task(task.id, status="done")
+            owner_task = tx.get_task(owner)
+            if owner_task is not None and not owner_task.abort_requested:
+                tx.patch_task(
+                    owner, status="done", state={"role": "owner", "result": "the subagent's answer"}
+                )
+
+        await ctx.command(finish)
+    elif role == "outside":
+        await ctx.command(lambda tx: tx.patch_task(task.id, status="waiting"))
+    else:
+        await settle(ctx, "done")
+
+
+async def _recover(task: pico.TaskSnapshot, ctx: Execution) -> None:
+    if task.role == "waiting":
+        return  # waiting for its child or an outside event
+    await settle(ctx, "done")
+
+
+def _add_task(world: World, conv: str, name: str, **kw: Any) -> None:
+    cid = world.id(conv)
+    world.names[name] = world.run(world.h.command(lambda tx: tx.create_task(cid, "work", **kw)))
+
+
+Q = r'"(?P<{}>[^"]+)"'  # one quoted name, never spanning quotes
+GROUND = r"(?P<ground>foreground|background)"
+
+
+@given(parsers.re(rf"{Q.format('conv')} has a {GROUND} task {Q.format('name')}$"))
+def has_task(world: World, conv: str, ground: str, name: str) -> None:
+    _add_task(world, conv, name, foreground=ground == "foreground")
+
+
+@given(parsers.re(rf"{Q.format('conv')} has a task {Q.format('name')} that has failed$"))
+def has_failed_task(world: World, conv: str, name: str) -> None:
+    _add_task(world, conv, name, status="failed")
+
+
+@given(parsers.re(rf"{Q.format('conv')} has a task {Q.format('name')} that is done$"))
+def has_done_task(world: World, conv: str, name: str) -> None:
+    _add_task(world, conv, name, status="done")
+
+
+@given(
+    parsers.re(
+        rf"{Q.format('conv')} has a {GROUND} task {Q.format('name')} that waits for the outside$"
+    )
+)
+def has_waiting_task(world: World, conv: str, ground: str, name: str) -> None:
+    _add_task(
+        world,
+        conv,
+        name,
+        status="waiting",
+        state={"role": "outside"},
+        foreground=ground == "foreground",
+    )
+
+
+@given(
+    parsers.re(
+        rf"{Q.format('conv')} has a {GROUND} task {Q.format('name')} that runs after "
+        rf"{Q.format('deps')}$"
+    )
+)
+def has_dependent_task(world: World, conv: str, ground: str, name: str, deps: str) -> None:
+    _add_task(world, conv, name, after=world.ids(deps), foreground=ground == "foreground")
+
+
+@given(
+    parsers.re(
+        rf"{Q.format('conv')} has a foreground task {Q.format('name')} that delegates to a "
+        rf"subagent whose work needs permission {Q.format('permit')}$"
+    )
+)
+def has_delegator(world: World, conv: str, name: str, permit: str) -> None:
+    _add_task(world, conv, name, foreground=True, state={"role": "delegator", "permit": permit})
+
+
+@when(parsers.parse('"{conv}" is driven'))
+def drive_conversation(world: World, conv: str) -> None:
+    world.outcome = world.run(asyncio.wait_for(world.conv(conv).drive(), 10))
+
+
+@when(parsers.parse('"{conv}" is driven with permission "{permit}"'))
+def drive_with_permit(world: World, conv: str, permit: str) -> None:
+    world.outcome = world.run(asyncio.wait_for(world.conv(conv).drive(permits=[permit]), 10))
+
+
+@when("the session is driven")
+def drive_session(world: World) -> None:
+    world.outcome = world.run(asyncio.wait_for(world.h.drive(), 10))
+
+
+@when(parsers.parse('"{conv}" is aborted'))
+def abort_conversation(world: World, conv: str) -> None:
+    world.run(world.conv(conv).abort())
+
+
+@then(parsers.parse('the drive ends "{outcome}"'))
+def drive_ended(world: World, outcome: str) -> None:
+    assert world.outcome == outcome
+
+
+@then(parsers.parse('task "{name}" has run'))
+def task_ran(world: World, name: str) -> None:
+    assert ("execute", world.id(name)) in world.work.calls
+
+
+@then(parsers.parse('task "{name}" has not run'))
+def task_not_run(world: World, name: str) -> None:
+    assert not any(tid == world.id(name) for _, tid in world.work.calls)
+
+
+@then(parsers.parse('tasks "{names}" are "{status}"'))
+@then(parsers.parse('task "{names}" is "{status}"'))
+def tasks_are(world: World, names: str, status: str) -> None:
+    found = world.run(world.h.get_tasks(world.ids(names)))
+    assert {t.status for t in found.values()} == {status}, found
+
+
+@then(parsers.parse('tasks "{names}" are marked for cancellation'))
+def tasks_marked(world: World, names: str) -> None:
+    found = world.run(world.h.get_tasks(world.ids(names)))
+    assert all(t.abort_requested for t in found.values())
+
+
+@then(parsers.parse('task "{name}" is not marked for cancellation'))
+def task_not_marked(world: World, name: str) -> None:
+    found = world.run(world.h.task(world.id(name)))
+    assert found is not None and not found.abort_requested
+
+
+@then(parsers.parse('task "{name}" waits durably for its subagent'))
+def waits_for_subagent(world: World, name: str) -> None:
+    task = world.run(world.h.task(world.id(name)))
+    assert task is not None and isinstance(task.state, dict)
+    owner = task.state["owner"]
+    assert task.role == "ready" and task.after == (owner,)  # a stored dependency
+    assert world.h.scheduler.executing == {}  # no effect is holding a promise
+
+
+@then(parsers.parse('task "{name}" has the subagent\'s answer'))
+def has_answer(world: World, name: str) -> None:
+    task = world.run(world.h.task(world.id(name)))
+    assert task is not None and isinstance(task.state, dict)
+    assert task.state["result"] == "the subagent's answer"
