@@ -358,11 +358,23 @@ class Scheduler:
             if claim.mode != "abort" and not self.closed:
                 # Join, re-read, then abort under the SAME claim (§6.5).
                 current = ctx.current()
+                unchanged = (
+                    current.updated_seq == task.updated_seq
+                    and current.role in ("ready", "inflight")
+                    and not current.abort_requested
+                    and not claim.signal.is_set()
+                )
+                if unchanged:  # relaunching it would spin forever: a definition bug
+                    raise StaleExecutionError(
+                        f"task {task.id} ({task.kind}): {claim.mode} returned without "
+                        f"committing a transition from {current.status!r}; a definition must "
+                        "settle, park (waiting/not_before) or move the task before returning"
+                    )
                 if current.abort_requested and current.live:
                     claim.mode = "abort"
                     await definition.abort(current, Execution(self, current, claim))
         except Exception as exc:  # an effect's unexpected failure faults the handle
-            if not isinstance(exc, StaleExecutionError) or not self.closed:
+            if not (isinstance(exc, StaleExecutionError) and self.closed):
                 self.error = exc
                 self.line.fault(f"task {task.id} ({task.kind}) {claim.mode} raised {exc!r}")
         finally:

@@ -587,3 +587,18 @@ async def test_a_crash_during_shutdown_leaves_marks_the_next_owner_reconciles(
     assert sorted(work2.calls) == sorted(("abort", i) for i in ids)
     assert {t.status for t in (await h2.get_tasks(ids)).values()} == {"aborted"}
     await h2.close()
+
+
+async def test_an_effect_that_changes_nothing_faults_instead_of_spinning(
+    backend: Backend,
+) -> None:
+    work = Scripted()
+    work.on_execute = lambda task, ctx: asyncio.sleep(0)  # returns, commits nothing
+    h = await _open(backend, work)
+    c = await h.root()
+    tid = await h.command(_create(c.id, foreground=True))
+    with pytest.raises(pico.StaleExecutionError, match="without committing a transition"):
+        await _bounded(c.drive())
+    assert work.calls == [("execute", tid)]
+    assert h.faulted is not None
+    await h.close()
