@@ -602,3 +602,31 @@ async def test_an_effect_that_changes_nothing_faults_instead_of_spinning(
     assert work.calls == [("execute", tid)]
     assert h.faulted is not None
     await h.close()
+
+
+async def test_an_effect_that_settles_as_abort_starts_keeps_its_outcome(
+    backend: Backend,
+) -> None:
+    """Abort marks while the effect is committing its own outcome: the join re-reads a
+    terminal task and runs no abort handler (the other order is tested above)."""
+    work = Scripted()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def settles_anyway(task: Any, ctx: Execution) -> None:
+        entered.set()
+        await release.wait()
+        await settle(ctx, "done")  # does not look at the signal
+
+    work.on_execute = settles_anyway
+    h = await _open(backend, work)
+    c = await h.root()
+    tid = await h.command(_create(c.id, foreground=True))
+    drive = asyncio.ensure_future(c.drive())
+    await _bounded(entered.wait())
+    assert await c.abort() == [tid]
+    release.set()
+    assert await _bounded(drive) == "idle"
+    assert work.calls == [("execute", tid)]  # no abort handler for a settled task
+    task = await h.task(tid)
+    assert task is not None and task.status == "done" and task.abort_requested
+    await h.close()
