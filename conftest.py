@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends import BACKENDS, Backend, make_backend, postgres_url
+from tests.backends import BACKENDS, Backend, make_backend, require_postgres
 
 _ran: Counter[str] = Counter()
 
@@ -29,10 +29,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     name: str = request.param
-    if name == "postgresql" and postgres_url() is None:
-        if os.environ.get("PICO_REQUIRE_ALL_BACKENDS"):
-            pytest.fail("PICO_TEST_POSTGRES_URL is not set but every backend is required")
-        pytest.skip("set PICO_TEST_POSTGRES_URL to run the PostgreSQL contract")
+    if name == "postgresql":
+        require_postgres("the contract")
     _ran[name] += 1
     return make_backend(name, tmp_path)
 

@@ -17,6 +17,19 @@ def postgres_url() -> str | None:
     return os.environ.get("PICO_TEST_POSTGRES_URL") or None
 
 
+def require_postgres(what: str) -> str:
+    """The PostgreSQL URL, or skip locally; under PICO_REQUIRE_ALL_BACKENDS (CI) a missing
+    server fails the test instead of skipping it."""
+    import pytest
+
+    url = postgres_url()
+    if url is None:
+        if os.environ.get("PICO_REQUIRE_ALL_BACKENDS"):
+            pytest.fail("PICO_TEST_POSTGRES_URL is not set but every backend is required")
+        pytest.skip(f"set PICO_TEST_POSTGRES_URL to run {what} on PostgreSQL")
+    return url
+
+
 @dataclass
 class Backend:
     """Where one test's sessions live. ``url`` survives close/reopen within the test."""
@@ -34,9 +47,7 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
         return Backend(name, f"memory://{uuid.uuid4().hex}")
     if name == "sqlite":
         return Backend(name, f"sqlite:///{tmp_path / 'pico.db'}")
-    url = postgres_url()
-    assert url is not None
-    return Backend(name, url)
+    return Backend(name, require_postgres("this test"))
 
 
 Opener = Callable[..., Awaitable[pico.Harness]]

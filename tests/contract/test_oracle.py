@@ -21,7 +21,7 @@ from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import project
 from pico.projections.queries import Queries, StateQueries, TaskQueries
-from tests.backends import BACKENDS, make_backend, postgres_url
+from tests.backends import BACKENDS, make_backend, require_postgres
 from tests.taskdefs import JobDefinition, definitions
 
 # One step of a history: (operation, conversation pick, argument picks).
@@ -353,8 +353,8 @@ def test_random_histories_match_the_oracle(
     name: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    if name == "postgresql" and postgres_url() is None:
-        pytest.skip("set PICO_TEST_POSTGRES_URL to run the PostgreSQL oracle")
+    if name == "postgresql":
+        require_postgres("the oracle")
     counter = iter(range(10**6))
 
     @settings(

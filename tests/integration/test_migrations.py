@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 import pico
 from pico.infrastructure.sql import schema
-from tests.backends import postgres_url
+from tests.backends import require_postgres
 from tests.taskdefs import definitions
 
 
@@ -21,9 +21,7 @@ def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'old.db'}"
         return
-    base = postgres_url()
-    if base is None:
-        pytest.skip("set PICO_TEST_POSTGRES_URL to run the PostgreSQL upgrade")
+    base = require_postgres("the upgrade")
     name = f"pico_upgrade_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
