@@ -113,7 +113,7 @@ class Harness:
 
     async def inspect(self) -> dict[str, list[TaskSnapshot]]:
         """Live tasks by role (ready / inflight / waiting)."""
-        live = self.scheduler._live(None)
+        live = self.scheduler.live_tasks(None)
         return {
             role: [t for t in live if t.role == role] for role in ("ready", "inflight", "waiting")
         }
@@ -123,7 +123,7 @@ class Harness:
         drive the cancellation to settlement, then close (§6.6). A crash midway leaves the
         marks for the next owner."""
         self._line.check_usable(write=True)
-        live = self.scheduler._live(None)
+        live = self.scheduler.live_tasks(None)
         if live:
             await self.command(lambda tx: [tx.request_abort(t.id) for t in live])
             await self.scheduler.drive(None)
@@ -506,7 +506,7 @@ class ConversationHandle:
         in this tree and their unfinished dependencies. Returns the newly marked ids; a
         repeated abort joins the outstanding one. A drive performs the cleanup."""
         scheduler = self.harness.scheduler
-        live = scheduler._live(self.id)
+        live = scheduler.live_tasks(self.id)
         by_id = {t.id: t for t in live}
         selected = {t.id for t in live if t.foreground}
         frontier = list(selected)
@@ -526,7 +526,7 @@ class ConversationHandle:
         work), its unfinished dependencies and all live work in conversations it owns.
         Without ``task_id``, every detached root in this tree."""
         scheduler = self.harness.scheduler
-        live = scheduler._live(self.id)
+        live = scheduler.live_tasks(self.id)
         by_id = {t.id: t for t in live}
         required: set[int] = set()
         frontier = [t.id for t in live if t.foreground]
@@ -556,7 +556,7 @@ class ConversationHandle:
                     stack.extend(by_id[dep].after)
             if root.owned_conversation_id is not None:
                 for t in live:
-                    if scheduler._in_tree(t.conversation_id, root.owned_conversation_id, cache):
+                    if scheduler.in_tree(t.conversation_id, root.owned_conversation_id, cache):
                         selected.add(t.id)
         targets = sorted(i for i in selected if not by_id[i].abort_requested)
         if targets:

@@ -176,7 +176,7 @@ class Scheduler:
         return future
 
     # ------------------------------------------------------------------ scope
-    def _live(self, conversation_id: int | None) -> list[TaskSnapshot]:
+    def live_tasks(self, conversation_id: int | None) -> list[TaskSnapshot]:
         tasks = self.line.storage.tasks
         out: list[TaskSnapshot] = []
         after: int | None = None
@@ -189,9 +189,9 @@ class Scheduler:
         if conversation_id is None:
             return out
         cache: dict[int, bool] = {}
-        return [t for t in out if self._in_tree(t.conversation_id, conversation_id, cache)]
+        return [t for t in out if self.in_tree(t.conversation_id, conversation_id, cache)]
 
-    def _in_tree(self, conversation_id: int, root: int, cache: dict[int, bool]) -> bool:
+    def in_tree(self, conversation_id: int, root: int, cache: dict[int, bool]) -> bool:
         """Is ``conversation_id`` ``root`` or owned (transitively) by work in it? Ancestor
         point reads, shared within one pass; fork provenance never counts."""
         path: list[int] = []
@@ -227,7 +227,7 @@ class Scheduler:
                 raise self.error
             self.line.check_usable()
             changed = self._subscribe()
-            live = self._live(conversation_id)
+            live = self.live_tasks(conversation_id)
             now = self.clock.now()
             next_timer: float | None = None
             deps = self._dependencies(live)
@@ -307,7 +307,7 @@ class Scheduler:
             return False
         # The drive's live set already covers every owned subtree of a task in scope.
         cache: dict[int, bool] = {}
-        return any(t.id != task.id and self._in_tree(t.conversation_id, owned, cache) for t in live)
+        return any(t.id != task.id and self.in_tree(t.conversation_id, owned, cache) for t in live)
 
     def _dependencies(self, live: list[TaskSnapshot]) -> dict[int, str]:
         """Roles of every dependency named by a live task, in one batched read."""
