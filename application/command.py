@@ -643,8 +643,19 @@ class Command:
         conv.check_accepts_work()
         after = list(after)
         self._check_dependencies(None, conversation_id, after)
-        if spawned_by is not None and spawned_by not in self._task_facts([spawned_by]):
-            raise UnknownTaskError(spawned_by, " (named in spawned_by=)")
+        if spawned_by is not None:
+            parent = self.touched_tasks.get(spawned_by)
+            marked = parent.abort_requested if parent is not None else None
+            if parent is None:
+                found = self._tasks.get_tasks([spawned_by]).get(spawned_by)
+                if found is None:
+                    raise UnknownTaskError(spawned_by, " (named in spawned_by=)")
+                marked = found.abort_requested
+            if marked:
+                raise TaskGraphError(
+                    f"task {spawned_by} is marked for cancellation; it cannot create normal "
+                    "successors (§6.4)"
+                )
         seq = self._peek()
         task = Task.start(
             session_id=self._line.session_id,

@@ -517,6 +517,14 @@ class ConversationHandle:
                     selected.add(dep)
                     frontier.append(dep)
         targets = sorted(i for i in selected if not by_id[i].abort_requested)
+        # A direct foreground abort of an owned child also cancels its owner (§6.5); the
+        # owner settles once the child's selected work is terminal.
+        snapshot = await self.snapshot()
+        owner_id = snapshot.owner_task_id
+        if owner_id is not None and selected:
+            owner = await self.harness.task(owner_id)
+            if owner is not None and owner.live and not owner.abort_requested:
+                targets.append(owner_id)
         if targets:
             await self.harness.command(lambda tx: [tx.request_abort(i) for i in targets])
         return targets

@@ -630,3 +630,40 @@ async def test_an_effect_that_settles_as_abort_starts_keeps_its_outcome(
     task = await h.task(tid)
     assert task is not None and task.status == "done" and task.abort_requested
     await h.close()
+
+
+async def test_a_marked_task_cannot_create_normal_successors(backend: Backend) -> None:
+    work = Scripted()
+    h = await _open(backend, work)
+    c = await h.root()
+    tid = await h.command(_create(c.id, status="waiting"))
+    await h.command(lambda tx: tx.request_abort(tid))
+    head = h.head()
+    with pytest.raises(pico.TaskGraphError, match="marked for cancellation"):
+        await h.command(lambda tx: tx.create_task(c.id, "work", spawned_by=tid))
+    with pytest.raises(pico.TaskGraphError, match="marked for cancellation"):
+        await h.command(lambda tx: tx.create_owned_conversation(tid))
+    assert h.head() == head
+    await h.close()
+
+
+async def test_aborting_an_owned_child_directly_cancels_its_owner(backend: Backend) -> None:
+    work = Scripted()
+    work.on_recover = lambda task, ctx: asyncio.sleep(0)
+    h = await _open(backend, work)
+    c = await h.root()
+
+    def plan(tx: Command) -> tuple[int, int, int]:
+        owner = tx.create_task(c.id, "work", status="waiting", foreground=True)
+        child = tx.create_owned_conversation(owner)
+        inner = tx.create_task(child, "work", status="waiting", foreground=True)
+        return owner, child, inner
+
+    owner, child, inner = await h.command(plan)
+    child_handle = pico.ConversationHandle(h, child)
+    assert sorted(await child_handle.abort()) == sorted([inner, owner])
+    assert await _bounded(child_handle.drive()) == "idle"  # the child's own work settles
+    assert (await h.task(inner)).status == "aborted"  # type: ignore[union-attr]
+    assert await _bounded(c.drive()) == "idle"  # the parent drive completes the owner
+    assert (await h.task(owner)).status == "aborted"  # type: ignore[union-attr]
+    await h.close()
