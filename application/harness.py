@@ -13,7 +13,9 @@ from typing import Any, TypeVar, overload
 from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.line import CommandLine
+from pico.application.model import Message
 from pico.application.ports import AuditRecord, ReadPort, Storage
+from pico.application.projection import Projection, project_context
 from pico.application.registry import get_storage_opener
 from pico.application.scheduler import DriveOutcome, Scheduler
 from pico.application.state import (
@@ -376,6 +378,12 @@ class ConversationHandle:
     async def context_as_of(self, position: int) -> tuple[int, ...]:
         """The context that existed at ``position`` (§7.7), not today's context filtered."""
         return self.harness.reads.context_as_of(self.id, position)
+
+    async def messages(
+        self, *, projection: Projection | None = None, as_of: int | None = None
+    ) -> list[Message]:
+        """The provider messages of this context (§2.2): two batched reads, no writes."""
+        return project_context(self.harness.reads, self.id, projection, as_of=as_of)
 
     async def context_entries(self, *, as_of: int | None = None) -> list[Entry]:
         """The selected entries in context order, read in one batch."""

@@ -8,8 +8,24 @@ from __future__ import annotations
 
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
+from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
 from pico.application.harness import ConversationHandle, Harness
+from pico.application.model import (
+    Deferred,
+    Message,
+    ModelProvider,
+    ProviderError,
+    Request,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    ToolSpec,
+    Usage,
+)
 from pico.application.ports import AuditRecord, Storage
+from pico.application.projection import Projection, project_context
 from pico.application.registry import set_storage_opener
 from pico.application.scheduler import DriveOutcome, Execution, StaleExecutionError
 from pico.application.state import (
@@ -94,11 +110,16 @@ __all__ = [
     "ConversationList",
     "ConversationSnapshot",
     "ConversationValue",
+    "Deferred",
     "DriveOutcome",
     "Entry",
     "ExchangeSplitError",
     "Execution",
     "FakeClock",
+    "FauxDeferred",
+    "FauxFailure",
+    "FauxProvider",
+    "FauxResponse",
     "HandleFaultedError",
     "Harness",
     "HistoricalReadError",
@@ -108,13 +129,19 @@ __all__ = [
     "JsonValue",
     "ListElement",
     "LiveWorkError",
+    "Message",
+    "ModelProvider",
     "Page",
     "PersistenceUncertainError",
     "PicoError",
     "PicoSettings",
+    "Projection",
+    "ProviderError",
     "ReadOnlyError",
+    "Request",
     "RequestKeyConflictError",
     "ReservedNamespaceError",
+    "Response",
     "SequenceExhaustedError",
     "SessionList",
     "SessionMeta",
@@ -135,10 +162,16 @@ __all__ = [
     "TaskRegistry",
     "TaskSnapshot",
     "TerminalTaskError",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "ToolSpec",
     "UnknownConversationError",
     "UnknownEntryError",
     "UnknownSessionError",
     "UnknownTaskError",
+    "Usage",
     "ValueItem",
     "ValuePage",
     "WorkingCommand",
@@ -148,6 +181,7 @@ __all__ = [
     "WorkingValue",
     "conversation_list",
     "conversation_value",
+    "project_context",
     "session_list",
     "session_value",
     "working_list",

@@ -1,0 +1,168 @@
+"""The model provider port (§8.3) and the provider-neutral message shapes.
+
+Projection (§2.2) turns selected entries into ``Message`` values; a ``ModelProvider``
+streams a ``Response`` for a ``Request``. Errors are classified so the generation task can
+choose retry, overflow compaction or failure without knowing the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeAlias
+
+from pico.domain.errors import PicoError
+from pico.domain.json import JsonObject, JsonValue
+
+__all__ = [
+    "Deferred",
+    "Done",
+    "Message",
+    "ModelProvider",
+    "Part",
+    "ProviderError",
+    "Request",
+    "Response",
+    "StopReason",
+    "StreamEvent",
+    "TextDelta",
+    "TextPart",
+    "ThinkingDelta",
+    "ThinkingPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "ToolSpec",
+    "Usage",
+]
+
+Role = Literal["user", "assistant"]
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal"]
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingPart:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallPart:
+    id: str
+    name: str
+    arguments: JsonObject
+
+
+@dataclass(frozen=True)
+class ToolResultPart:
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+Part: TypeAlias = TextPart | ThinkingPart | ToolCallPart | ToolResultPart
+
+
+@dataclass(frozen=True)
+class Message:
+    """One provider message. Tool results travel in a user message (seed 000, "Folding")."""
+
+    role: Role
+    parts: tuple[Part, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: JsonObject
+
+
+@dataclass(frozen=True)
+class Request:
+    model: str
+    messages: tuple[Message, ...]
+    system: str = ""
+    tools: tuple[ToolSpec, ...] = ()
+    settings: Mapping[str, JsonValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class Response:
+    message: Message
+    stop_reason: StopReason
+    usage: Usage | None  # None: the provider reported nothing (unknown, not zero)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The provider accepted the request and will answer later; poll with the handle."""
+
+    handle: str
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: Response | Deferred
+
+
+StreamEvent: TypeAlias = TextDelta | ThinkingDelta | Done
+
+
+class ProviderError(PicoError):
+    """A provider failure, classified: ``retryable`` (rate limit, overload, network),
+    ``overflow`` (the context is too long: compact and retry) or ``fatal``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: Literal["retryable", "overflow", "fatal"],
+        usage: Usage | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.kind = kind
+        self.usage = usage
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class ModelProvider(Protocol):
+    """Streams one request. The last event is always ``Done``; failures raise
+    ``ProviderError``. ``poll`` resolves a deferred handle (again deferred, or done)."""
+
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
+    async def poll(self, handle: str) -> Response | Deferred: ...

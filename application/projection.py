@@ -1,0 +1,176 @@
+"""Projection (§2.2): the context selects entries; projection converts them to messages.
+
+An entry's kind defines its contribution; projection reads content and returns messages,
+writing nothing. Placement entries refer to admission entries and are resolved in ONE
+batched read; tool results are normalized into the assistant's call order; consecutive user
+messages are merged, because providers reject two user messages in a row (seed 000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from pico.application.model import (
+    Message,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from pico.application.ports import ReadPort
+from pico.domain.errors import StorageCorruptError
+from pico.domain.json import JsonValue
+from pico.domain.values import Entry
+
+__all__ = ["KindProjection", "Projection", "project_context"]
+
+KindProjection = Callable[[Entry], Message | None]
+
+
+def _text(content: JsonValue) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        value = content.get("text", content.get("content"))
+        if isinstance(value, str):
+            return value
+    if isinstance(content, list):
+        return "\n".join(c for c in content if isinstance(c, str))
+    return ""
+
+
+def user_message(entry: Entry) -> Message:
+    return Message("user", (TextPart(_text(entry.content)),))
+
+
+def assistant_message(entry: Entry) -> Message:
+    content = entry.content
+    parts: list[Part] = []
+    if isinstance(content, dict):
+        thinking = content.get("thinking")
+        if isinstance(thinking, str) and thinking:
+            parts.append(ThinkingPart(thinking))
+        text = content.get("text")
+        if isinstance(text, str) and text:
+            parts.append(TextPart(text))
+        calls = content.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict):
+                args = call.get("arguments")
+                parts.append(
+                    ToolCallPart(
+                        str(call.get("id")),
+                        str(call.get("name")),
+                        args if isinstance(args, dict) else {},
+                    )
+                )
+    else:
+        parts.append(TextPart(_text(content)))
+    return Message("assistant", tuple(parts))
+
+
+def tool_result_message(entry: Entry) -> Message:
+    call_id = (entry.metadata or {}).get("tool_call_id")
+    content = entry.content
+    is_error = isinstance(content, dict) and content.get("is_error") is True
+    return Message("user", (ToolResultPart(str(call_id), _text(content), is_error),))
+
+
+DEFAULT_KINDS: dict[str, KindProjection] = {
+    "user": user_message,
+    "assistant": assistant_message,
+    "tool": tool_result_message,
+    "summary": user_message,
+    "handoff": user_message,
+}
+
+
+class Projection:
+    """Kind -> contribution. Unknown kinds (notes, custom records) project nothing."""
+
+    def __init__(self, kinds: Mapping[str, KindProjection] | None = None) -> None:
+        self.kinds = dict(DEFAULT_KINDS if kinds is None else kinds)
+
+    def placement_ref(self, entry: Entry) -> int | None:
+        if entry.kind != "placement":
+            return None
+        content = entry.content
+        ref = content.get("input") if isinstance(content, dict) else None
+        return ref if isinstance(ref, int) else None
+
+    def messages(self, entries: Sequence[Entry], referenced: Mapping[int, Entry]) -> list[Message]:
+        projected: list[Message] = []
+        for entry in entries:
+            ref = self.placement_ref(entry)
+            if ref is not None:
+                source = referenced.get(ref)
+                if source is None:
+                    raise StorageCorruptError(
+                        f"placement entry {entry.id} refers to missing admission entry {ref}"
+                    )
+                entry = source
+            kind = self.kinds.get(entry.kind)
+            message = kind(entry) if kind is not None else None
+            if message is not None and message.parts:
+                projected.append(message)
+        return _merge_users(_normalize_results(projected))
+
+
+def _normalize_results(messages: list[Message]) -> list[Message]:
+    """Tool results answer the latest assistant's calls; order each run of them by call
+    order (completion order may differ; the transcript is unchanged)."""
+    out: list[Message] = []
+    order: dict[str, int] = {}
+    run: list[Message] = []
+
+    def flush() -> None:
+        run.sort(key=lambda m: order.get(_call_id(m), len(order)))
+        out.extend(run)
+        run.clear()
+
+    for message in messages:
+        if message.role == "user" and all(isinstance(p, ToolResultPart) for p in message.parts):
+            run.append(message)
+            continue
+        flush()
+        if message.role == "assistant" and message.tool_calls:
+            order = {c.id: i for i, c in enumerate(message.tool_calls)}
+        out.append(message)
+    flush()
+    return out
+
+
+def _call_id(message: Message) -> str:
+    part = message.parts[0]
+    return part.call_id if isinstance(part, ToolResultPart) else ""
+
+
+def _merge_users(messages: list[Message]) -> list[Message]:
+    merged: list[Message] = []
+    for message in messages:
+        if merged and message.role == "user" and merged[-1].role == "user":
+            merged[-1] = Message("user", merged[-1].parts + message.parts)
+        else:
+            merged.append(message)
+    return merged
+
+
+def project_context(
+    reads: ReadPort,
+    conversation_id: int,
+    projection: Projection | None = None,
+    *,
+    as_of: int | None = None,
+) -> list[Message]:
+    """The provider messages of a conversation's context: the context ids, their entries in
+    one batched read, then every referenced admission entry in one more."""
+    projection = projection or Projection()
+    snapshot = reads.get_conversations([conversation_id], as_of).get(conversation_id)
+    if snapshot is None:
+        return []
+    found = reads.get_entries(snapshot.context)
+    entries = [found[i] for i in snapshot.context if i in found]
+    refs = [r for r in (projection.placement_ref(e) for e in entries) if r is not None]
+    referenced = reads.get_entries(refs) if refs else {}
+    return projection.messages(entries, referenced)
