@@ -45,6 +45,7 @@ from pico.application.state import (
     working_value,
 )
 from pico.application.tasks import TaskDefinition, TaskExecution, TaskRegistry
+from pico.application.tools import Tool, ToolArgumentsError, ToolContext, ToolOutcome, ToolRegistry
 from pico.domain.errors import (
     AddressPolicyError,
     ClosedError,
@@ -164,7 +165,12 @@ __all__ = [
     "TerminalTaskError",
     "TextPart",
     "ThinkingPart",
+    "Tool",
+    "ToolArgumentsError",
     "ToolCallPart",
+    "ToolContext",
+    "ToolOutcome",
+    "ToolRegistry",
     "ToolResultPart",
     "ToolSpec",
     "UnknownConversationError",

@@ -1,0 +1,199 @@
+"""Tools (§8.4, §9.3): JSON-Schema-checked capabilities a generation may offer.
+
+A tool's parameters are validated before invocation; a replay policy says whether recovery
+may run it again after an interrupted attempt. While it runs, a tool writes through a
+``ToolContext``: bounded progress text, details, usage, and control intents (add tools,
+terminate, hand off) that the join interprets after the exchange — a tool never edits
+context or inspects its siblings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError
+
+from pico.application.model import ToolSpec, Usage
+from pico.domain.errors import CommandRejectedError, PicoError
+from pico.domain.json import JsonObject, JsonValue, strict_json
+
+__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolOutcome", "ToolRegistry"]
+
+#: Default cap on a tool's accumulated output text (characters).
+OUTPUT_CAP = 64_000
+TRUNCATED = "\n[output truncated]"
+
+
+class ToolArgumentsError(PicoError):
+    """The arguments a model produced do not satisfy the tool's JSON Schema."""
+
+
+@dataclass
+class ToolOutcome:
+    """What a tool run produced, assembled from its context; the join reads this."""
+
+    text: str = ""
+    is_error: bool = False
+    details: JsonValue = None
+    usage: Usage | None = None
+    add_tools: tuple[str, ...] = ()
+    terminate: bool = False
+    handoff: JsonValue = None
+
+
+class ToolContext:
+    """The execution context of one tool call: its identity, the stop signal and a bounded
+    output sink. ``sink`` (set by the tool task) receives admitted progress, awaited, so
+    backpressure is explicit; output beyond the cap is dropped with a marker."""
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        tool_name: str,
+        signal: asyncio.Event | None = None,
+        sink: Callable[[str], Awaitable[None]] | None = None,
+        cap: int = OUTPUT_CAP,
+    ) -> None:
+        self.call_id = call_id
+        self.tool_name = tool_name
+        self.signal = signal or asyncio.Event()
+        self._sink = sink
+        self._cap = cap
+        self._text: list[str] = []
+        self._size = 0
+        self._truncated = False
+        self._outcome = ToolOutcome()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.signal.is_set()
+
+    async def write(self, text: str) -> None:
+        """Append progress text (bounded); awaits the sink so progress is admitted in order."""
+        if self._truncated or not text:
+            return
+        room = self._cap - self._size
+        if len(text) > room:
+            text, self._truncated = text[:room] + TRUNCATED, True
+        self._text.append(text)
+        self._size += len(text)
+        if self._sink is not None:
+            await self._sink(text)
+
+    def set_details(self, details: JsonValue) -> None:
+        self._outcome.details = strict_json(details, what="tool details")
+
+    def report_usage(self, usage: Usage) -> None:
+        self._outcome.usage = usage if self._outcome.usage is None else self._outcome.usage + usage
+
+    def add_tools(self, *names: str) -> None:
+        self._outcome.add_tools = tuple(dict.fromkeys((*self._outcome.add_tools, *names)))
+
+    def terminate(self) -> None:
+        """Ask the join to stop after this exchange (no next generation)."""
+        self._outcome.terminate = True
+
+    def handoff(self, content: JsonValue) -> None:
+        """Ask the join to append a handoff entry and reset context after the exchange."""
+        self._outcome.handoff = strict_json(content, what="handoff")
+
+    def outcome(self, *, is_error: bool = False, text: str | None = None) -> ToolOutcome:
+        out = self._outcome
+        out.text = "".join(self._text) if text is None else text
+        out.is_error = is_error
+        return out
+
+
+Execute = Callable[[JsonObject, ToolContext], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A capability offered to the model. ``execute(args, ctx)`` may return final text (or
+    write it through ``ctx.write``); ordinary exceptions become error results."""
+
+    name: str
+    description: str
+    parameters: JsonObject
+    execute: Execute
+    replay: Literal["safe", "never"] = "never"
+    _validator: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise CommandRejectedError("a tool needs a name")
+        schema = strict_json(self.parameters, what=f"tool {self.name!r} parameters")
+        try:
+            Draft202012Validator.check_schema(schema)  # type: ignore[arg-type]
+        except SchemaError as exc:
+            raise CommandRejectedError(
+                f"tool {self.name!r}: parameters are not a valid JSON Schema: {exc.message}"
+            ) from exc
+        object.__setattr__(self, "_validator", Draft202012Validator(schema))  # type: ignore[arg-type]
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    def validate(self, arguments: JsonValue) -> JsonObject:
+        """The arguments as validated JSON (a copy), or ``ToolArgumentsError``."""
+        args = strict_json(arguments, what=f"arguments of {self.name!r}")
+        if not isinstance(args, dict):
+            raise ToolArgumentsError(f"tool {self.name!r} takes a JSON object of arguments")
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            first: ValidationError = errors[0]
+            where = "/".join(str(p) for p in first.path) or "(root)"
+            raise ToolArgumentsError(
+                f"arguments of tool {self.name!r} are invalid at {where}: {first.message}"
+            )
+        return args
+
+    async def run(self, arguments: JsonValue, ctx: ToolContext) -> ToolOutcome:
+        """Validate, then invoke. Invalid arguments and ordinary exceptions become error
+        results without (or after) invocation; cancellation propagates."""
+        try:
+            args = self.validate(arguments)
+        except ToolArgumentsError as exc:
+            return ctx.outcome(is_error=True, text=str(exc))
+        try:
+            final = await self.execute(args, ctx)
+        except Exception as exc:
+            return ctx.outcome(is_error=True, text=f"{type(exc).__name__}: {exc}")
+        if final is not None:
+            await ctx.write(final)
+        return ctx.outcome()
+
+
+class ToolRegistry:
+    """Registered tools by name. Registry presence is not authorization: a call may only
+    use a tool its generation offered (``authorize``)."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise CommandRejectedError(f"tool {tool.name!r} is registered twice")
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def specs(self, names: Iterable[str]) -> tuple[ToolSpec, ...]:
+        return tuple(self._tools[n].spec for n in names if n in self._tools)
+
+    def authorize(self, name: str, offered: Iterable[str]) -> Tool:
+        """The tool for a call, if the generation offered it and it is registered."""
+        if name not in set(offered):
+            raise ToolArgumentsError(
+                f"the model called tool {name!r}, which this generation did not offer"
+            )
+        tool = self._tools.get(name)
+        if tool is None:
+            raise ToolArgumentsError(f"tool {name!r} was offered but is not registered")
+        return tool
