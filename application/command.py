@@ -8,7 +8,8 @@ persists the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pico.application.state import (
@@ -779,6 +780,15 @@ class Command:
                 )
             frontier.extend(self._tasks.owned_conversations(conv))
 
+    @contextmanager
+    def core(self) -> Iterator[None]:
+        """For pico's built-in flows only: allow writes to reserved ``pico.`` namespaces."""
+        previous, self._core = self._core, True
+        try:
+            yield
+        finally:
+            self._core = previous
+
     # ------------------------------------------------------------------ request keys (§3.6)
     def claim_request_key(
         self, key: str, *, conversation_id: int, fingerprint: str, create: Callable[[], int]
@@ -811,7 +821,7 @@ class Command:
         payload = dumps(
             {"id": new_id, "conversation_id": conversation_id, "fingerprint": fingerprint}
         )
-        self._core = True
+        self._core = True  # the mapping is core-owned (see core())
         try:
             self._write(_REQUEST_KEYS.with_key(key), "set", payload)
         finally:

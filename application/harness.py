@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
+from pico.application.agent import (
+    AgentServices,
+    InputResult,
+    agent_definitions,
+    input_result_address,
+    set_results,
+)
 from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.line import CommandLine
-from pico.application.model import Message
+from pico.application.model import Message, ModelProvider
 from pico.application.ports import AuditRecord, ReadPort, Storage
 from pico.application.projection import Projection, project_context
 from pico.application.registry import get_storage_opener
@@ -28,8 +35,9 @@ from pico.application.state import (
     WorkingValue,
 )
 from pico.application.tasks import TaskDefinition, TaskRegistry
+from pico.application.tools import Tool, ToolRegistry
 from pico.domain.errors import CommandRejectedError, UnknownConversationError
-from pico.domain.json import JsonValue
+from pico.domain.json import JsonValue, dumps
 from pico.domain.values import (
     ConversationSnapshot,
     Entry,
@@ -53,6 +61,7 @@ class Harness:
     def __init__(self, line: CommandLine, clock: Clock | None = None) -> None:
         self._line = line
         self.scheduler = Scheduler(line, clock or SystemClock())
+        self.services: AgentServices | None = None
         line.on_commit = self.scheduler.notify
 
     # ------------------------------------------------------------------ lifecycle
@@ -66,6 +75,10 @@ class Harness:
         read_only: bool = False,
         definitions: TaskRegistry | Iterable[TaskDefinition] | None = None,
         clock: Clock | None = None,
+        provider: ModelProvider | None = None,
+        tools: Iterable[Tool] = (),
+        model: str = "default",
+        system: str = "",
     ) -> Harness:
         """Open (or create) a session.
 
@@ -85,6 +98,18 @@ class Harness:
             if isinstance(definitions, TaskRegistry)
             else TaskRegistry(definitions or ())
         )
+        services: AgentServices | None = None
+        if provider is not None:
+            # The built-in agent flows: generation, tool, post_tools (§8).
+            services = AgentServices(
+                provider=provider,
+                tools=ToolRegistry(tools),
+                model=model,
+                system=system,
+                clock=clock or SystemClock(),
+            )
+            for definition in agent_definitions(services):
+                registry.register(definition)
         if isinstance(storage, str):
             opener = get_storage_opener()
             store = opener(storage, session=session, durability=durability, read_only=read_only)
@@ -93,6 +118,7 @@ class Harness:
         try:
             line = CommandLine.open(store, read_only=read_only, definitions=registry)
             harness = cls(line, clock)
+            harness.services = services
             if not read_only and line.session.root_id is None:
                 await line.run(_create_root)
         except BaseException:
@@ -378,6 +404,72 @@ class ConversationHandle:
     async def context_as_of(self, position: int) -> tuple[int, ...]:
         """The context that existed at ``position`` (§7.7), not today's context filtered."""
         return self.harness.reads.context_as_of(self.id, position)
+
+    # ------------------------------------------------------------------ agent turns (§8.1)
+    async def accept(self, input: JsonValue, *, request_id: str | None = None) -> int:
+        """Accept user input: ONE command appends and selects it and creates the generation
+        that answers it. Returns the input id (the admission entry). With ``request_id``, a
+        retry after a lost reply returns the original input; reuse for different input or
+        another conversation rejects."""
+        services = self.harness.services
+        if services is None:
+            raise CommandRejectedError(
+                "this harness has no model provider: open it with Harness.open(provider=...)"
+            )
+        offered = [s.name for s in services.tools.specs(services.tools.names())]
+        fingerprint = dumps(input, what="input")
+
+        def build(tx: Command) -> int:
+            def create() -> int:
+                busy = tx.scan_tasks(
+                    conversation_ids=[self.id], live=True, foreground=True, limit=1
+                ).items
+                if busy:
+                    raise CommandRejectedError(
+                        f"conversation {self.id} is busy (task {busy[0].id}); queued steering "
+                        "and follow-up inputs are not supported yet: drive or abort it first"
+                    )
+                entry = tx.append_entry(self.id, "user", input)
+                tx.append_context(self.id, [entry])
+                tx.create_task(
+                    self.id,
+                    "generation",
+                    foreground=True,
+                    state={"inputs": [entry], "tools": list(offered)},
+                )
+                set_results(tx, [entry], {"status": "running"})
+                return entry
+
+            if request_id is None:
+                return create()
+            input_id, _ = tx.claim_request_key(
+                request_id, conversation_id=self.id, fingerprint=fingerprint, create=create
+            )
+            return input_id
+
+        return await self.harness.command(build)
+
+    async def result(self, input_id: int) -> InputResult | None:
+        """The outcome of an accepted input (§8.1), or None if no such input."""
+        stored = await self.harness.get_value(input_result_address(input_id))
+        if not isinstance(stored, dict):
+            return None
+        entry = stored.get("entry_id")
+        reason = stored.get("reason")
+        return InputResult(
+            str(stored.get("status")),
+            entry if isinstance(entry, int) else None,
+            reason if isinstance(reason, str) else None,
+        )
+
+    async def prompt(
+        self, input: JsonValue, *, request_id: str | None = None, permits: Iterable[str] = ()
+    ) -> tuple[int, InputResult | None]:
+        """Accept, drive while observing that input, and return its result: terminal, or
+        running/queued when progress suspends or closes. Never another input's answer."""
+        input_id = await self.accept(input, request_id=request_id)
+        await self.drive(permits=permits)
+        return input_id, await self.result(input_id)
 
     async def messages(
         self, *, projection: Projection | None = None, as_of: int | None = None

@@ -85,6 +85,11 @@ class Execution:
     def definitions(self) -> Any:
         return self._scheduler.line.definitions
 
+    @property
+    def reads(self) -> Any:
+        """Committed conversation and entry reads (the ReadPort)."""
+        return self._scheduler.line.storage.reads
+
     def task(self, task_id: int) -> TaskSnapshot | None:
         """Any committed task record (e.g. a dependency's outcome)."""
         return self._scheduler.line.storage.tasks.get_tasks([task_id]).get(task_id)

@@ -184,6 +184,9 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def names(self) -> list[str]:
+        return list(self._tools)
+
     def specs(self, names: Iterable[str]) -> tuple[ToolSpec, ...]:
         return tuple(self._tools[n].spec for n in names if n in self._tools)
 

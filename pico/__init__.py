@@ -6,6 +6,7 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 
 from __future__ import annotations
 
+from pico.application.agent import AgentServices, InputResult
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
@@ -98,6 +99,7 @@ set_storage_opener(open_storage)
 
 __all__ = [
     "AddressPolicyError",
+    "AgentServices",
     "AuditRecord",
     "Clock",
     "ClosedError",
@@ -124,6 +126,7 @@ __all__ = [
     "HandleFaultedError",
     "Harness",
     "HistoricalReadError",
+    "InputResult",
     "InvalidJsonError",
     "InvalidPositionError",
     "JsonObject",

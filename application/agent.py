@@ -1,0 +1,496 @@
+"""The built-in agent flows (§5.4, §8.1, §8.3, §8.4) as task definitions.
+
+One turn: ``accept`` selects the user entry and creates ONE generation in the same commit.
+The generation commits streaming intent, projects the context, streams from the model
+provider into its working scope, then settles in ONE command: a final answer resolves the
+input group; tool calls publish the assistant entry, one task per call and the
+``post_tools`` join after all of them. Each tool settles only itself; the join decides
+whether the exchange stops, hands off or continues with the next generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pico.application.clock import Clock, SystemClock
+from pico.application.command import Command
+from pico.application.model import (
+    Deferred,
+    Done,
+    ModelProvider,
+    ProviderError,
+    Request,
+    Response,
+    TextDelta,
+    ThinkingPart,
+)
+from pico.application.projection import Projection, project_context
+from pico.application.scheduler import Execution
+from pico.application.state import SessionValue, working_list
+from pico.application.tasks import TaskDefinition
+from pico.application.tools import ToolArgumentsError, ToolContext, ToolRegistry
+from pico.domain.json import JsonObject, JsonValue
+from pico.domain.task import Role
+from pico.domain.values import TaskSnapshot
+
+__all__ = ["AgentServices", "InputResult", "agent_definitions", "input_result_address"]
+
+RESULT_NAMESPACE = "pico.input-result"
+
+
+def input_result_address(input_id: int) -> SessionValue[Any]:
+    # Fixed-width keys keep numeric admission order in bounded key scans (§8.1).
+    return SessionValue(namespace=RESULT_NAMESPACE, key=f"{input_id:016d}")
+
+
+@dataclass(frozen=True)
+class InputResult:
+    """§8.1: queued | running | done(entry) | placed(entry) | cancelled | failed | stopped."""
+
+    status: str
+    entry_id: int | None = None
+    reason: str | None = None
+
+
+@dataclass
+class AgentServices:
+    provider: ModelProvider
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+    model: str = "default"
+    system: str = ""
+    max_attempts: int = 3
+    retry_delay: float = 2.0
+    clock: Clock = field(default_factory=SystemClock)
+    projection: Projection = field(default_factory=Projection)
+
+
+def set_results(tx: Command, inputs: Sequence[int], result: JsonObject) -> None:
+    with tx.core():  # results live in core-owned session values
+        for input_id in inputs:
+            tx.set_value(input_result_address(input_id), result)
+
+
+def _ints(value: JsonValue) -> list[int]:
+    return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+
+def _state(task: TaskSnapshot) -> dict[str, JsonValue]:
+    return dict(task.state) if isinstance(task.state, dict) else {}
+
+
+class GenerationDefinition(TaskDefinition):
+    kind = "generation"
+    initial_status = "pending"
+    roles: dict[str, Role] = {
+        "pending": "ready",
+        "retry_wait": "ready",
+        "deferred": "ready",
+        "streaming": "inflight",
+        "polling": "inflight",
+        "done": "terminal",
+        "failed": "terminal",
+        "aborted": "terminal",
+    }
+    transitions = {
+        "pending": ["streaming", "failed", "aborted"],
+        "retry_wait": ["streaming", "failed", "aborted"],
+        "streaming": ["done", "failed", "retry_wait", "deferred", "aborted"],
+        "deferred": ["polling", "failed", "aborted"],
+        "polling": ["done", "deferred", "failed", "retry_wait", "aborted"],
+    }
+
+    def __init__(self, services: AgentServices) -> None:
+        self.services = services
+
+    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        state = _state(task)
+        if task.status == "deferred":
+            await self._poll(task, ctx, state)
+            return
+        # Durable intent before the external call (§5.8); clears stale timing/permits.
+        await ctx.command(
+            lambda tx: tx.patch_task(
+                task.id, status="streaming", not_before=None, required_permit=None
+            )
+        )
+        request = Request(
+            model=self.services.model,
+            system=self.services.system,
+            messages=tuple(
+                project_context(ctx.reads, task.conversation_id, self.services.projection)
+            ),
+            tools=self.services.tools.specs(str(t) for t in _ints_or_names(state.get("tools"))),
+        )
+        frames = working_list("pico.frames", str, scope=ctx.working_scope)
+        try:
+            outcome = await _stream(self.services.provider, request, ctx, frames)
+        except ProviderError as error:
+            await self._failed_attempt(task, ctx, state, error)
+            return
+        if outcome is None:
+            return  # signalled (abort/close): publish nothing; the abort handler settles
+        await self._settle(task, ctx, state, outcome)
+
+    async def _poll(self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]) -> None:
+        handle = state.get("handle")
+        assert isinstance(handle, str)
+        await ctx.command(lambda tx: tx.patch_task(task.id, status="polling", required_permit=None))
+        try:
+            outcome = await self.services.provider.poll(handle)
+        except ProviderError as error:
+            await self._failed_attempt(task, ctx, state, error)
+            return
+        await self._settle(task, ctx, state, outcome)
+
+    async def _settle(
+        self,
+        task: TaskSnapshot,
+        ctx: Execution,
+        state: dict[str, JsonValue],
+        outcome: Response | Deferred,
+    ) -> None:
+        inputs = _ints(state.get("inputs"))
+        if isinstance(outcome, Deferred):
+            new_state = {**state, "handle": outcome.handle}
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id, status="deferred", state=new_state, required_permit="deferred-poll"
+                )
+            )
+            return
+        message = outcome.message
+        content: dict[str, JsonValue] = {"text": message.text}
+        thinking = "".join(p.text for p in message.parts if isinstance(p, ThinkingPart))
+        if thinking:
+            content["thinking"] = thinking
+        calls = message.tool_calls
+        usage: JsonValue = (
+            None
+            if outcome.usage is None
+            else {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens}
+        )
+        offered = _ints_or_names(state.get("tools"))
+
+        def settle(tx: Command) -> None:
+            cid = task.conversation_id
+            current = tx.get_task(task.id)
+            if current is None or current.abort_requested:
+                return  # cancellation won: no normal successor (§6.4)
+            if calls:
+                content["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+                ]
+                entry = tx.append_entry(
+                    cid,
+                    "assistant",
+                    content,
+                    by_task_id=task.id,
+                    metadata={"tool_calls": [c.id for c in calls], "usage": usage},
+                )
+                tx.append_context(cid, [entry])
+                tool_ids = [
+                    tx.create_task(
+                        cid,
+                        "tool",
+                        foreground=True,
+                        spawned_by=task.id,
+                        state={
+                            "call_id": c.id,
+                            "name": c.name,
+                            "arguments": c.arguments,
+                            "offered": _json_list(offered),
+                        },
+                    )
+                    for c in calls
+                ]
+                tx.create_task(
+                    cid,
+                    "post_tools",
+                    foreground=True,
+                    after=tool_ids,
+                    spawned_by=task.id,
+                    state={"inputs": _json_list(inputs), "tools": _json_list(offered)},
+                )
+            else:
+                entry = tx.append_entry(
+                    cid, "assistant", content, by_task_id=task.id, metadata={"usage": usage}
+                )
+                tx.append_context(cid, [entry])
+                set_results(tx, inputs, {"status": "done", "entry_id": entry})
+            tx.patch_task(task.id, status="done", state={**state, "usage": usage})
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(settle)
+
+    async def _failed_attempt(
+        self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], error: ProviderError
+    ) -> None:
+        attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
+        if error.kind == "retryable" and attempt < self.services.max_attempts:
+            delay = (
+                error.retry_after
+                if error.retry_after is not None
+                else self.services.retry_delay * attempt
+            )
+            when = self.services.clock.now() + delay
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id,
+                    status="retry_wait",
+                    state={**state, "attempt": attempt},
+                    not_before=when,
+                )
+            )
+            return
+        inputs = _ints(state.get("inputs"))
+
+        def fail(tx: Command) -> None:
+            set_results(tx, inputs, {"status": "failed", "reason": str(error)})
+            tx.patch_task(
+                task.id, status="failed", state={**state, "attempt": attempt, "error": str(error)}
+            )
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(fail)
+
+    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        state = _state(task)
+        if task.status == "polling":  # the handle survives: poll again
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id, status="deferred", required_permit="deferred-poll"
+                )
+            )
+            return
+        # An interrupted stream published nothing: retry within the budget, never fabricate.
+        await self._failed_attempt(
+            task,
+            ctx,
+            state,
+            ProviderError("the stream was interrupted", kind="retryable", retry_after=0.0),
+        )
+
+    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        inputs = _ints(_state(task).get("inputs"))
+
+        def cancel(tx: Command) -> None:
+            set_results(tx, inputs, {"status": "cancelled", "reason": "aborted"})
+            tx.patch_task(task.id, status="aborted")
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(cancel)
+
+
+async def _stream(
+    provider: ModelProvider, request: Request, ctx: Execution, frames: Any
+) -> Response | Deferred | None:
+    """Consume one provider stream, writing frames to the working scope; each step races
+    the execution's stop signal, so an abort stops streaming at once (None)."""
+    events = provider.stream(request).__aiter__()
+    stop = asyncio.ensure_future(ctx.signal.wait())
+    try:
+        while True:
+            step = asyncio.ensure_future(events.__anext__())
+            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.done():
+                step.cancel()
+                await asyncio.gather(step, return_exceptions=True)
+                return None
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                raise ProviderError(
+                    "the stream ended without a response", kind="retryable"
+                ) from None
+            if isinstance(event, TextDelta):
+                await ctx.working(_append_frame(frames, event.text))
+            elif isinstance(event, Done):
+                return event.outcome
+    finally:
+        stop.cancel()
+        closer = getattr(events, "aclose", None)
+        if closer is not None:
+            await closer()  # best-effort provider cancellation
+
+
+def _json_list(values: Sequence[int] | Sequence[str]) -> list[JsonValue]:
+    return list(values)
+
+
+def _append_frame(frames: Any, text: str) -> Any:
+    def build(wtx: Any) -> None:
+        with wtx.tx.core():  # frames live in a core-owned working namespace
+            wtx.append_list(frames, text)
+
+    return build
+
+
+def _ints_or_names(value: JsonValue) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+class ToolTaskDefinition(TaskDefinition):
+    kind = "tool"
+    initial_status = "pending"
+    roles: dict[str, Role] = {
+        "pending": "ready",
+        "running": "inflight",
+        "done": "terminal",
+        "aborted": "terminal",
+    }
+    transitions = {"pending": ["running", "done", "aborted"], "running": ["done", "aborted"]}
+
+    def __init__(self, services: AgentServices) -> None:
+        self.services = services
+
+    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        state = _state(task)
+        name = str(state.get("name"))
+        try:
+            tool = self.services.tools.authorize(name, _ints_or_names(state.get("offered")))
+            args = tool.validate(state.get("arguments"))
+        except ToolArgumentsError as exc:  # an error result, never an invocation
+            await self._result(task, ctx, state, str(exc), is_error=True)
+            return
+        # Persist the effective arguments and replay decision BEFORE invocation (§8.4).
+        running: dict[str, JsonValue] = {**state, "arguments": args, "replay": tool.replay}
+        await ctx.command(lambda tx: tx.patch_task(task.id, status="running", state=running))
+        tool_ctx = ToolContext(call_id=str(state.get("call_id")), tool_name=name, signal=ctx.signal)
+        outcome = await tool.run(args, tool_ctx)
+        await self._result(
+            task,
+            ctx,
+            running,
+            outcome.text,
+            is_error=outcome.is_error,
+            control={"terminate": outcome.terminate, "handoff": outcome.handoff},
+        )
+
+    async def _result(
+        self,
+        task: TaskSnapshot,
+        ctx: Execution,
+        state: dict[str, JsonValue],
+        text: str,
+        *,
+        is_error: bool,
+        control: JsonObject | None = None,
+        status: str = "done",
+    ) -> None:
+        def settle(tx: Command) -> None:  # a tool settles only itself
+            cid = task.conversation_id
+            entry = tx.append_entry(
+                cid,
+                "tool",
+                {"content": text, "is_error": is_error},
+                by_task_id=task.id,
+                metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
+            )
+            tx.append_context(cid, [entry])
+            tx.patch_task(
+                task.id, status=status, state={**state, "result_entry": entry, **(control or {})}
+            )
+
+        await ctx.command(settle)
+
+    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        state = _state(task)
+        if task.status == "running" and state.get("replay") == "safe":
+            await self._rerun(task, ctx, state)  # replay allowed by the captured policy
+            return
+        if task.status == "pending":
+            await self.execute(task, ctx)
+            return
+        await self._result(
+            task,
+            ctx,
+            state,
+            "the tool was interrupted; it may or may not have completed",
+            is_error=True,
+        )
+
+    async def _rerun(self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]) -> None:
+        tool = self.services.tools.get(str(state.get("name")))
+        if tool is None:
+            await self._result(task, ctx, state, "the tool is no longer registered", is_error=True)
+            return
+        outcome = await tool.run(
+            state.get("arguments"),
+            ToolContext(call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal),
+        )
+        await self._result(
+            task,
+            ctx,
+            state,
+            outcome.text,
+            is_error=outcome.is_error,
+            control={"terminate": outcome.terminate, "handoff": outcome.handoff},
+        )
+
+    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        await self._result(task, ctx, _state(task), "aborted", is_error=True, status="aborted")
+
+
+class PostToolsDefinition(TaskDefinition):
+    kind = "post_tools"
+    initial_status = "pending"
+    roles: dict[str, Role] = {"pending": "ready", "done": "terminal", "aborted": "terminal"}
+    transitions = {"pending": ["done", "aborted"]}
+
+    def __init__(self, services: AgentServices) -> None:
+        self.services = services
+
+    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        state = _state(task)
+        inputs = _ints(state.get("inputs"))
+
+        def join(tx: Command) -> None:  # ONE command reads all outcomes and decides
+            current = tx.get_task(task.id)
+            if current is None or current.abort_requested:
+                return
+            tools = [t for t in (tx.get_task(i) for i in task.after) if t is not None]
+            cid = task.conversation_id
+            if any(isinstance(t.state, dict) and t.state.get("terminate") for t in tools):
+                set_results(tx, inputs, {"status": "stopped", "reason": "a tool terminated"})
+            else:
+                handoffs = [
+                    t.state.get("handoff")
+                    for t in tools
+                    if isinstance(t.state, dict) and t.state.get("handoff") is not None
+                ]
+                if len(handoffs) == 1:  # conflicting handoffs reject the handoff
+                    entry = tx.append_entry(cid, "handoff", handoffs[0], by_task_id=task.id)
+                    tx.reset_context(cid, [entry])
+                tx.create_task(
+                    cid,
+                    "generation",
+                    foreground=True,
+                    spawned_by=task.id,
+                    state={"inputs": _json_list(inputs), "tools": state.get("tools", [])},
+                )
+            tx.patch_task(task.id, status="done")
+
+        await ctx.command(join)
+
+    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        await self.execute(task, ctx)
+
+    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+        inputs = _ints(_state(task).get("inputs"))
+
+        def cancel(tx: Command) -> None:
+            set_results(tx, inputs, {"status": "cancelled", "reason": "aborted"})
+            tx.patch_task(task.id, status="aborted")
+
+        await ctx.command(cancel)
+
+
+def agent_definitions(services: AgentServices) -> list[TaskDefinition]:
+    return [
+        GenerationDefinition(services),
+        ToolTaskDefinition(services),
+        PostToolsDefinition(services),
+    ]

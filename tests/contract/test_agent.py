@@ -1,0 +1,269 @@
+"""Agent turns end to end on the faux provider (§5.4, §8.1, §8.3, §8.4), every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import pico
+from pico import FauxDeferred, FauxFailure, FauxProvider, FauxResponse, ToolContext
+from pico.domain.json import JsonObject
+from tests.backends import Backend
+
+SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+}
+
+
+def _tools(invoked: list[str]) -> list[pico.Tool]:
+    async def read(args: JsonObject, ctx: ToolContext) -> str:
+        invoked.append(f"read {args['path']}")
+        return f"contents of {args['path']}"
+
+    async def grep(args: JsonObject, ctx: ToolContext) -> str:
+        invoked.append(f"grep {args['path']}")
+        await asyncio.sleep(0)
+        return "2 matches"
+
+    async def stop(args: JsonObject, ctx: ToolContext) -> str:
+        ctx.terminate()
+        return "stopping"
+
+    async def new_context(args: JsonObject, ctx: ToolContext) -> str:
+        ctx.handoff(f"continue with {args['path']}")
+        return "handing off"
+
+    return [
+        pico.Tool("read", "Read a file", SCHEMA, read, replay="safe"),
+        pico.Tool("grep", "Search a file", SCHEMA, grep),
+        pico.Tool("stop", "Stop", {"type": "object"}, stop),
+        pico.Tool("new_context", "Hand off", SCHEMA, new_context),
+    ]
+
+
+async def _open(
+    backend: Backend, provider: FauxProvider, invoked: list[str] | None = None, clock: Any = None
+) -> pico.Harness:
+    return await backend.open(
+        provider=provider, tools=_tools(invoked if invoked is not None else []), clock=clock
+    )
+
+
+def _get(value: pico.JsonValue, key: str) -> pico.JsonValue:
+    assert isinstance(value, dict), value
+    return value[key]
+
+
+async def _bounded(coro: Any) -> Any:
+    return await asyncio.wait_for(coro, timeout=10)
+
+
+async def test_a_final_answer_resolves_its_input(backend: Backend) -> None:
+    provider = FauxProvider(["The parser has two problems."])
+    h = await _open(backend, provider)
+    c = await h.root()
+    input_id, result = await _bounded(c.prompt("Inspect the parser"))
+    assert result is not None and result == pico.InputResult("done", result.entry_id)
+    assert result.entry_id is not None
+    answer = await h.entry(result.entry_id)
+    assert answer is not None and _get(answer.content, "text") == "The parser has two problems."
+    assert list((await c.snapshot()).context) == [input_id, answer.id]
+    assert answer.metadata is not None and answer.metadata["usage"] is not None
+    tasks = (await h.tasks(limit=10)).items
+    assert [(t.kind, t.status) for t in tasks] == [("generation", "done")]
+    assert provider.requests[0].messages[0].text == "Inspect the parser"
+    await h.close()
+
+
+async def test_tool_calls_run_and_the_join_continues_the_exchange(backend: Backend) -> None:
+    invoked: list[str] = []
+    provider = FauxProvider(
+        [
+            FauxResponse(
+                text="Let me look.",
+                tool_calls=[("read", {"path": "a.py"}), ("grep", {"path": "b.py"})],
+            ),
+            "Both files point at parse().",
+        ]
+    )
+    h = await _open(backend, provider, invoked)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("Find the bug"))
+    assert result is not None and result.status == "done"
+    assert sorted(invoked) == ["grep b.py", "read a.py"]
+    page = await c.entries()
+    assert [e.kind for e in page.items] == ["user", "assistant", "tool", "tool", "assistant"]
+    # The second request saw the results in call order, whatever the completion order.
+    second = provider.requests[1].messages
+    results = [p for p in second[-1].parts if isinstance(p, pico.ToolResultPart)]
+    calls = second[-2].tool_calls
+    assert [r.call_id for r in results] == [c.id for c in calls]
+    kinds = [(t.kind, t.status) for t in (await h.tasks(limit=20)).items]
+    assert kinds == [
+        ("generation", "done"),
+        ("tool", "done"),
+        ("tool", "done"),
+        ("post_tools", "done"),
+        ("generation", "done"),
+    ]
+    await h.close()
+
+
+async def test_an_unoffered_or_invalid_call_is_an_error_result(backend: Backend) -> None:
+    invoked: list[str] = []
+    provider = FauxProvider(
+        [
+            FauxResponse(tool_calls=[("rm", {"path": "/"}), ("read", {"path": 3})]),
+            "Sorry.",
+        ]
+    )
+    h = await _open(backend, provider, invoked)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("clean up"))
+    assert result is not None and result.status == "done" and invoked == []
+    errors = [e.content for e in (await c.entries(kind="tool")).items]
+    assert all(isinstance(e, dict) and e["is_error"] for e in errors)
+    assert "did not offer" in str(errors[0]) and "invalid" in str(errors[1])
+    await h.close()
+
+
+async def test_a_retryable_failure_retries_the_same_generation_on_its_timer(
+    backend: Backend,
+) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider([FauxFailure("retryable", "overloaded", retry_after=30), "ok"])
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    input_id = await c.accept("hello")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not drive.done() and len(provider.requests) == 1
+    generation = (await h.tasks(kind="generation", limit=5)).items
+    assert [(g.status, _get(g.state, "attempt")) for g in generation] == [("retry_wait", 1)]
+    clock.advance(30)
+    assert await _bounded(drive) == "idle"
+    assert (await c.result(input_id)).status == "done"  # type: ignore[union-attr]
+    assert len((await h.tasks(kind="generation", limit=5)).items) == 1  # the SAME task
+    await h.close()
+
+
+async def test_a_fatal_failure_fails_the_input_without_a_fabricated_answer(
+    backend: Backend,
+) -> None:
+    provider = FauxProvider([FauxFailure("fatal", "invalid api key")])
+    h = await _open(backend, provider)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("hello"))
+    assert result is not None and result.status == "failed"
+    assert "invalid api key" in (result.reason or "")
+    assert [e.kind for e in (await c.entries()).items] == ["user"]
+    await h.close()
+
+
+async def test_a_deferred_response_waits_for_the_poll_permit(backend: Backend) -> None:
+    provider = FauxProvider([FauxDeferred(polls=1, then="answered later")])
+    h = await _open(backend, provider)
+    c = await h.root()
+    input_id = await c.accept("slow question")
+    assert await _bounded(c.drive()) == "suspended"
+    assert (await c.result(input_id)).status == "running"  # type: ignore[union-attr]
+    generation = (await h.tasks(kind="generation", limit=1)).items[0]
+    assert generation.required_permit == "deferred-poll" and generation.status == "deferred"
+    assert await _bounded(c.drive(permits=["deferred-poll"])) == "idle"
+    result = await c.result(input_id)
+    assert result is not None and result.status == "done"
+    assert provider.polls == [_get(generation.state, "handle")]
+    await h.close()
+
+
+async def test_request_keys_make_acceptance_retry_safe(backend: Backend) -> None:
+    provider = FauxProvider(["answer"])
+    h = await _open(backend, provider)
+    c = await h.root()
+    first = await c.accept("hello", request_id="web-42")
+    head = h.head()
+    assert await c.accept("hello", request_id="web-42") == first
+    assert h.head() == head  # the retry wrote nothing
+    with pytest.raises(pico.RequestKeyConflictError):
+        await c.accept("something else", request_id="web-42")
+    assert len((await h.tasks(kind="generation", limit=5)).items) == 1
+    # A second, different input while the turn runs is refused (queues are not built yet).
+    with pytest.raises(pico.CommandRejectedError, match="busy"):
+        await c.accept("another question")
+    await h.close()
+
+
+async def test_terminate_stops_and_handoff_resets_after_the_exchange(backend: Backend) -> None:
+    provider = FauxProvider([FauxResponse(tool_calls=[("stop", {})])])
+    h = await _open(backend, provider)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("stop now"))
+    assert result is not None and result.status == "stopped"
+    assert [t.kind for t in (await h.tasks(limit=10)).items] == ["generation", "tool", "post_tools"]
+    provider2 = FauxProvider(
+        [FauxResponse(tool_calls=[("new_context", {"path": "p.py"})]), "fresh start"]
+    )
+    h2_backend = Backend(backend.name, backend.url, backend.session + "-handoff")
+    h2 = await _open(h2_backend, provider2)
+    c2 = await h2.root()
+    _, result2 = await _bounded(c2.prompt("start over"))
+    assert result2 is not None and result2.status == "done"
+    context = await c2.context_entries()
+    assert [e.kind for e in context] == ["handoff", "assistant"]
+    assert context[0].content == "continue with p.py"
+    assert provider2.requests[1].messages[0].text == "continue with p.py"
+    await h.close()
+    await h2.close()
+
+
+async def test_abort_cancels_the_turn_and_resolves_its_input(backend: Backend) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider(["a long answer"], chunk_chars=2, cadence=1.0, clock=clock)
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    input_id = await c.accept("tell me everything")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    marked = await c.abort()
+    assert len(marked) == 1
+    clock.advance(100)  # the stream finishes; the settlement sees the mark
+    assert await _bounded(drive) == "idle"
+    result = await c.result(input_id)
+    assert result is not None and result.status == "cancelled"
+    assert [e.kind for e in (await c.entries()).items] == ["user"]  # no answer published
+    await h.close()
+
+
+async def test_an_interrupted_stream_is_retried_after_reopen_never_fabricated(
+    backend: Backend,
+) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider(
+        ["partial answer that never finishes"], chunk_chars=4, cadence=1.0, clock=clock
+    )
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    input_id = await c.accept("question")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    clock.advance(1)  # one frame streamed into the working scope
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await h.close()  # the process stops mid-stream
+    assert await _bounded(drive) == "closed"
+    provider2 = FauxProvider(["the complete answer"])
+    h2 = await _open(backend, provider2)
+    c2 = await h2.root()
+    assert await _bounded(c2.drive()) == "idle"
+    result = await c2.result(input_id)
+    assert result is not None and result.status == "done"
+    answer = await h2.entry(result.entry_id)  # type: ignore[arg-type]
+    assert answer is not None and _get(answer.content, "text") == "the complete answer"
+    await h2.close()
