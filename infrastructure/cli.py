@@ -13,16 +13,40 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from pico.application.clock import FakeClock
+from pico.application.faux import FauxProvider, FauxResponse
 from pico.application.harness import ConversationHandle, Harness
+from pico.application.tools import Tool, ToolContext
 from pico.domain.errors import PicoError
-from pico.domain.json import JsonValue
+from pico.domain.json import JsonObject, JsonValue
 
 __all__ = ["main"]
 
 
 def _text(content: JsonValue) -> str:
-    return content if isinstance(content, str) else json.dumps(content)
+    """A readable one-line rendering: message text, tool calls, tool results."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        parts = []
+        text = content.get("text", content.get("content"))
+        if isinstance(text, str) and text:
+            parts.append(text.replace("\n", " | ")[:160])
+        calls = content.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            rendered = [
+                f"{c.get('name')}({json.dumps(c.get('arguments'))})"
+                for c in calls
+                if isinstance(c, dict)
+            ]
+            parts.append("-> " + ", ".join(rendered))
+        if content.get("is_error") is True:
+            parts.append("(error)")
+        if parts:
+            return " ".join(parts)
+    return json.dumps(content)
 
 
 async def print_conversation(h: Harness, conv: ConversationHandle, out: list[str]) -> None:
@@ -48,46 +72,112 @@ async def print_conversation(h: Harness, conv: ConversationHandle, out: list[str
         out.append(f"    {e.id:>4} {e.kind:<9} {_text(e.content)}")
 
 
+def _demo_tools(files: dict[str, str]) -> list[Tool]:
+    schema: JsonObject = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    }
+
+    async def read(args: JsonObject, ctx: ToolContext) -> str:
+        path = str(args["path"])
+        if path not in files:
+            raise FileNotFoundError(path)
+        return files[path]
+
+    async def grep(args: JsonObject, ctx: ToolContext) -> str:
+        hits = [
+            f"{p}: {line}"
+            for p, text in files.items()
+            for line in text.splitlines()
+            if str(args["path"]) in line
+        ]
+        return "\n".join(hits) or "no matches"
+
+    return [
+        Tool("read", "Read a file", schema, read, replay="safe"),
+        Tool("grep", "Find lines containing a string (pass it as path)", schema, grep),
+    ]
+
+
+def _demo_script() -> list[Any]:
+    return [
+        "The parser has two problems: it recurses once per token, and it has no error recovery.",
+        FauxResponse(
+            text="Let me read it.",
+            tool_calls=[("read", {"path": "parser.py"}), ("grep", {"path": "parse("})],
+        ),
+        lambda request: (
+            f"parse() calls itself on tokens[1:], so depth grows with input "
+            f"({len(request.messages)} messages in context). Use a loop."
+        ),
+        "I was going to explain every detail of the parser, token by token ...",
+        "Error recovery: skip to the next statement boundary and record the error.",
+    ]
+
+
 async def demo(db: Path) -> str:
-    """Open a SQLite session file, write conversations, entries, a compaction and a fork,
-    and print the transcript and context of each."""
-    if db.exists():
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    """An agent session on SQLite with the faux provider and two tools: a plain turn, a
+    tool turn, an aborted turn, a reopen that continues; then the transcript."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
     url = f"sqlite:///{db}"
-    out = [f"pico demo: session 'main' in {db}", ""]
-    async with await Harness.open(url, session="main") as h:
-        a = await h.root()
-        q1 = await a.append("user", "Inspect the parser")
-        await a.append("assistant", "The parser has two problems: recursion and error recovery.")
-        await a.append("user", "Explain the first one")
-        call = await a.append(
-            "assistant", "Let me read the file.", metadata={"tool_calls": ["read-1"]}
-        )
-        result = await a.append(
-            "tool",
-            "def parse(tokens): return parse(tokens[1:])",
-            metadata={"tool_call_id": "read-1"},
-        )
-        await a.append("assistant", "parse() recurses on every token: deep input overflows.")
-        fork_point = result
-        await a.compact(
-            "Summary: the parser recurses per token and lacks error recovery.", through=q1 + 2
-        )
-        b = await a.fork(at_entry=fork_point)
-        await b.append("user", "Instead, rewrite parse() as a loop.")
-        await a.handoff("Handoff: continue with error recovery only.")
-        out.append(
-            f"forked conversation {b.id} from {a.id} at entry {fork_point} "
-            f"(tool call {call} answered by {result})"
-        )
-        out.append(f"session head {h.head()}, main head {h.main_head()}")
-        out.append("")
-        for conv in (a, b):
-            await print_conversation(h, conv, out)
-            out.append("")
-    async with await Harness.open(url, session="main", read_only=True) as r:
-        out.append(f"reopened read-only: {len(r.audit(limit=100000))} events in the audit log")
+    files = {"parser.py": "def parse(tokens):\n    return parse(tokens[1:])\n"}
+    clock = FakeClock()
+    provider = FauxProvider(_demo_script(), chunk_chars=6, cadence=0.05, clock=clock)
+    out = [f"pico demo: an agent session in {db} (faux provider, tools: read, grep)", ""]
+
+    async def drive_with_time(conv: ConversationHandle) -> str:
+        driving = asyncio.ensure_future(conv.drive())
+        while not driving.done():
+            await asyncio.sleep(0)
+            clock.advance(0.05)  # the faux stream's cadence follows this clock
+        return driving.result()
+
+    h = await Harness.open(
+        url, session="main", provider=provider, tools=_demo_tools(files), clock=clock, model="faux"
+    )
+    c = await h.root()
+    for question in ("Inspect the parser", "Explain the first problem"):
+        input_id = await c.accept(question)
+        outcome = await drive_with_time(c)
+        result = await c.result(input_id)
+        out.append(f"> {question}\n  drive: {outcome}; result: {result}")
+    # An aborted turn: the abort is durable intent; the drive performs the cleanup.
+    input_id = await c.accept("Explain everything in detail")
+    driving = asyncio.ensure_future(c.drive())
+    for _ in range(30):
+        await asyncio.sleep(0)
+    clock.advance(0.05)
+    await asyncio.sleep(0)
+    marked = await c.abort()
+    while not driving.done():
+        await asyncio.sleep(0)
+        clock.advance(0.05)
+    out.append(
+        f"> Explain everything in detail\n  aborted tasks {marked}; result: "
+        f"{await c.result(input_id)}"
+    )
+    await h.close()
+    # A new process: reopen and continue the same conversation.
+    provider.requests.clear()
+    h = await Harness.open(
+        url, session="main", provider=provider, tools=_demo_tools(files), clock=clock, model="faux"
+    )
+    c = await h.root()
+    input_id = await c.accept("And the second problem?")
+    outcome = await drive_with_time(c)
+    out.append(
+        f"> And the second problem? (after reopening)\n  drive: {outcome}; result: "
+        f"{await c.result(input_id)}"
+    )
+    out.append("")
+    await print_conversation(h, c, out)
+    tasks = await h.tasks(limit=100)
+    out.append("")
+    out.append("tasks: " + ", ".join(f"{t.id} {t.kind} {t.status}" for t in tasks.items))
+    out.append(f"session head {h.head()}, {len(h.audit(limit=100000))} events in the audit log")
+    await h.close()
     return "\n".join(out)
 
 
