@@ -29,7 +29,7 @@ from pico.application.model import (
 )
 from pico.application.projection import Projection, project_context
 from pico.application.scheduler import Execution
-from pico.application.state import SessionValue, working_list
+from pico.application.state import ConversationValue, SessionValue, working_list
 from pico.application.tasks import TaskDefinition
 from pico.application.tools import ToolArgumentsError, ToolContext, ToolRegistry
 from pico.domain.json import JsonObject, JsonValue
@@ -65,6 +65,80 @@ class AgentServices:
     retry_delay: float = 2.0
     clock: Clock = field(default_factory=SystemClock)
     projection: Projection = field(default_factory=Projection)
+    queue_selection: str = "all"  # or "one": the oldest queued input of each mode
+
+
+MODES = ("write", "steer", "follow_up", "next_run")
+TRIGGERS = ("steer", "follow_up", "next_run")  # modes that request generation
+
+
+def queue_address(mode: str, input_id: int) -> ConversationValue[Any]:
+    # One sticky value per queued input; fixed-width keys keep admission order in key scans.
+    return ConversationValue(
+        namespace=f"pico.queue.{mode}", key=f"{input_id:016d}", rewind_policy=False
+    )
+
+
+def enqueue(tx: Command, conversation_id: int, mode: str, content: JsonValue) -> int:
+    """Busy acceptance: an unselected admission entry, a queue value, result queued."""
+    entry = tx.append_entry(conversation_id, "user", content, metadata={"queued": mode})
+    with tx.core():
+        tx.set_value(queue_address(mode, entry), {"mode": mode}, conversation_id=conversation_id)
+    set_results(tx, [entry], {"status": "queued"})
+    return entry
+
+
+def queued(tx: Command, conversation_id: int, modes: Sequence[str]) -> list[tuple[int, str]]:
+    """(input id, mode) of queued inputs in the given modes, in admission order."""
+    found: list[tuple[int, str]] = []
+    for mode in modes:
+        after: tuple[str, str] | None = None
+        while True:
+            page = tx.scan_values(
+                conversation_id=conversation_id,
+                namespace=f"pico.queue.{mode}",
+                after=after,
+                limit=500,
+            )
+            found.extend((int(item.key or 0), mode) for item in page.items)
+            if page.next is None:
+                break
+            after = page.next
+    return sorted(found)
+
+
+def place(
+    tx: Command, conversation_id: int, modes: Sequence[str], *, selection: str = "all"
+) -> list[int]:
+    """Place queued inputs of ``modes`` (all, or the oldest of each mode): a placement entry
+    refers to the admission entry (never a copy) and is selected; the queue value is
+    deleted. Writes resolve ``placed``; triggers are returned, now ``running``."""
+    items = queued(tx, conversation_id, modes)
+    if selection == "one":
+        seen: set[str] = set()
+        items = [(i, m) for i, m in items if not (m in seen or seen.add(m))]  # type: ignore[func-returns-value]
+    triggers: list[int] = []
+    for input_id, mode in items:  # admission order is preserved
+        placement = tx.append_entry(conversation_id, "placement", {"input": input_id})
+        tx.append_context(conversation_id, [placement])
+        with tx.core():
+            tx.delete_value(queue_address(mode, input_id), conversation_id=conversation_id)
+        if mode == "write":
+            set_results(tx, [input_id], {"status": "placed", "entry_id": placement})
+        else:
+            set_results(tx, [input_id], {"status": "running"})
+            triggers.append(input_id)
+    return triggers
+
+
+def cancel_queued_inputs(tx: Command, conversation_id: int, modes: Sequence[str]) -> list[int]:
+    cancelled = []
+    for input_id, mode in queued(tx, conversation_id, modes):
+        with tx.core():
+            tx.delete_value(queue_address(mode, input_id), conversation_id=conversation_id)
+        set_results(tx, [input_id], {"status": "cancelled", "reason": "aborted"})
+        cancelled.append(input_id)
+    return cancelled
 
 
 def set_results(tx: Command, inputs: Sequence[int], result: JsonObject) -> None:
@@ -220,6 +294,21 @@ class GenerationDefinition(TaskDefinition):
                 )
                 tx.append_context(cid, [entry])
                 set_results(tx, inputs, {"status": "done", "entry_id": entry})
+                # The answer boundary: safe writes, steering and follow-ups start a new group.
+                nxt = place(
+                    tx,
+                    cid,
+                    ("write", "steer", "follow_up"),
+                    selection=self.services.queue_selection,
+                )
+                if nxt:
+                    tx.create_task(
+                        cid,
+                        "generation",
+                        foreground=True,
+                        spawned_by=task.id,
+                        state={"inputs": _json_list(nxt), "tools": state.get("tools", [])},
+                    )
             tx.patch_task(task.id, status="done", state={**state, "usage": usage})
             tx.retire_working_scope(ctx.working_scope)
 
@@ -464,12 +553,19 @@ class PostToolsDefinition(TaskDefinition):
                 if len(handoffs) == 1:  # conflicting handoffs reject the handoff
                     entry = tx.append_entry(cid, "handoff", handoffs[0], by_task_id=task.id)
                     tx.reset_context(cid, [entry])
+                # The tool boundary: safe writes and steering join the current input group.
+                steering = place(
+                    tx, cid, ("write", "steer"), selection=self.services.queue_selection
+                )
                 tx.create_task(
                     cid,
                     "generation",
                     foreground=True,
                     spawned_by=task.id,
-                    state={"inputs": _json_list(inputs), "tools": state.get("tools", [])},
+                    state={
+                        "inputs": _json_list([*inputs, *steering]),
+                        "tools": state.get("tools", []),
+                    },
                 )
             tx.patch_task(task.id, status="done")
 

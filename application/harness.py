@@ -11,10 +11,15 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from pico.application.agent import (
+    MODES,
     AgentServices,
     InputResult,
     agent_definitions,
+    cancel_queued_inputs,
+    enqueue,
     input_result_address,
+    place,
+    queue_address,
     set_results,
 )
 from pico.application.clock import Clock, SystemClock
@@ -407,17 +412,54 @@ class ConversationHandle:
 
     # ------------------------------------------------------------------ agent turns (§8.1)
     async def accept(self, input: JsonValue, *, request_id: str | None = None) -> int:
-        """Accept user input: ONE command appends and selects it and creates the generation
-        that answers it. Returns the input id (the admission entry). With ``request_id``, a
-        retry after a lost reply returns the original input; reuse for different input or
-        another conversation rejects."""
+        """Accept user input (§8.1). Idle: ONE command places eligible queued input, appends
+        and selects this input and creates one generation for all of them. Busy: the input
+        is stored unselected and queued as a follow-up (result ``queued``). Returns the input
+        id (its admission entry). With ``request_id``, a retry after a lost reply returns the
+        original input; reuse for different input or another conversation rejects."""
+        return await self._admit(input, "follow_up", request_id)
+
+    async def steer(self, input: JsonValue, *, request_id: str | None = None) -> int:
+        """Input for the running turn: placed at the next tool or answer boundary."""
+        return await self._admit(input, "steer", request_id)
+
+    async def follow_up(self, input: JsonValue, *, request_id: str | None = None) -> int:
+        """Input for after the current answer: placed at the next answer boundary."""
+        return await self._admit(input, "follow_up", request_id)
+
+    async def next_run(self, input: JsonValue, *, request_id: str | None = None) -> int:
+        """Input kept for the next explicit idle acceptance only."""
+        return await self._admit(input, "next_run", request_id)
+
+    async def append_message(self, input: JsonValue) -> int:
+        """Context only, never a run request: selected now when idle (result ``placed``),
+        otherwise at the next safe boundary."""
+        return await self._admit(input, "write", None)
+
+    async def cancel_queued(self, input_id: int) -> str:
+        """``cancelled`` | ``already_consumed`` | ``not_found``."""
+
+        def build(tx: Command) -> str:
+            for mode in MODES:
+                address = queue_address(mode, input_id)
+                if tx.get_stored(address, conversation_id=self.id) is not None:
+                    with tx.core():
+                        tx.delete_value(address, conversation_id=self.id)
+                    set_results(tx, [input_id], {"status": "cancelled", "reason": "cancelled"})
+                    return "cancelled"
+            stored = tx.get_stored(input_result_address(input_id))
+            return "not_found" if stored is None else "already_consumed"
+
+        return await self.harness.command(build)
+
+    async def _admit(self, input: JsonValue, mode: str, request_id: str | None) -> int:
         services = self.harness.services
         if services is None:
             raise CommandRejectedError(
                 "this harness has no model provider: open it with Harness.open(provider=...)"
             )
-        offered = [s.name for s in services.tools.specs(services.tools.names())]
-        fingerprint = dumps(input, what="input")
+        offered = list(services.tools.names())
+        fingerprint = dumps({"mode": mode, "input": input}, what="input")
 
         def build(tx: Command) -> int:
             def create() -> int:
@@ -425,19 +467,26 @@ class ConversationHandle:
                     conversation_ids=[self.id], live=True, foreground=True, limit=1
                 ).items
                 if busy:
-                    raise CommandRejectedError(
-                        f"conversation {self.id} is busy (task {busy[0].id}); queued steering "
-                        "and follow-up inputs are not supported yet: drive or abort it first"
-                    )
+                    return enqueue(tx, self.id, mode, input)
+                # Explicit idle acceptance: eligible queued input first, then this input.
+                triggers = place(tx, self.id, MODES, selection=services.queue_selection)
                 entry = tx.append_entry(self.id, "user", input)
                 tx.append_context(self.id, [entry])
-                tx.create_task(
-                    self.id,
-                    "generation",
-                    foreground=True,
-                    state={"inputs": [entry], "tools": list(offered)},
-                )
-                set_results(tx, [entry], {"status": "running"})
+                if mode == "write":
+                    set_results(tx, [entry], {"status": "placed", "entry_id": entry})
+                else:
+                    triggers.append(entry)
+                    set_results(tx, [entry], {"status": "running"})
+                if triggers:
+                    tx.create_task(
+                        self.id,
+                        "generation",
+                        foreground=True,
+                        state={
+                            "inputs": list[JsonValue](triggers),
+                            "tools": list[JsonValue](offered),
+                        },
+                    )
                 return entry
 
             if request_id is None:
@@ -625,8 +674,16 @@ class ConversationHandle:
             owner = await self.harness.task(owner_id)
             if owner is not None and owner.live and not owner.abort_requested:
                 targets.append(owner_id)
-        if targets:
-            await self.harness.command(lambda tx: [tx.request_abort(i) for i in targets])
+
+        def build(tx: Command) -> None:
+            for i in targets:
+                tx.request_abort(i)
+            if selected and self.harness.services is not None:
+                # Foreground abort cancels queued steering/follow-ups; writes and next_run
+                # input are preserved (§6.4, §8.2).
+                cancel_queued_inputs(tx, self.id, ("steer", "follow_up"))
+
+        await self.harness.command(build)
         return targets
 
     async def abort_background(self, task_id: int | None = None) -> list[int]:

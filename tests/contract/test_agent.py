@@ -192,9 +192,9 @@ async def test_request_keys_make_acceptance_retry_safe(backend: Backend) -> None
     with pytest.raises(pico.RequestKeyConflictError):
         await c.accept("something else", request_id="web-42")
     assert len((await h.tasks(kind="generation", limit=5)).items) == 1
-    # A second, different input while the turn runs is refused (queues are not built yet).
-    with pytest.raises(pico.CommandRejectedError, match="busy"):
-        await c.accept("another question")
+    # A second, different input while the turn runs is queued, not run.
+    second = await c.accept("another question")
+    assert (await c.result(second)) == pico.InputResult("queued")
     await h.close()
 
 
@@ -267,3 +267,100 @@ async def test_an_interrupted_stream_is_retried_after_reopen_never_fabricated(
     answer = await h2.entry(result.entry_id)  # type: ignore[arg-type]
     assert answer is not None and _get(answer.content, "text") == "the complete answer"
     await h2.close()
+
+
+async def test_queued_input_is_answered_by_its_own_group_not_by_a_later_answer(
+    backend: Backend,
+) -> None:
+    """§10.2: queued B precedes A's answer in the transcript; B stays pending until its own
+    group completes; A's answer is not B's."""
+    clock = pico.FakeClock()
+    provider = FauxProvider(["answer to A", "answer to B"], chunk_chars=4, cadence=1.0, clock=clock)
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    a = await c.accept("question A")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(30):
+        await asyncio.sleep(0)
+    b = await c.follow_up("question B")  # arrives while A streams
+    assert await c.result(b) == pico.InputResult("queued")
+    while not drive.done():
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+    assert drive.result() == "idle"
+    ra, rb = await c.result(a), await c.result(b)
+    assert ra is not None and rb is not None and ra.status == rb.status == "done"
+    assert ra.entry_id != rb.entry_id
+    answer_b = await h.entry(rb.entry_id)  # type: ignore[arg-type]
+    assert answer_b is not None and _get(answer_b.content, "text") == "answer to B"
+    kinds = [(e.id, e.kind) for e in (await c.entries()).items]
+    assert ra.entry_id is not None
+    assert kinds.index((b, "user")) < kinds.index((ra.entry_id, "assistant"))  # admitted first
+    # B's model request saw B through its placement, after A's answer.
+    assert provider.requests[1].messages[-1].text.endswith("question B")
+    await h.close()
+
+
+async def test_steering_joins_the_current_group_at_the_tool_boundary(backend: Backend) -> None:
+    release = asyncio.Event()
+
+    async def slow(args: JsonObject, ctx: ToolContext) -> str:
+        await release.wait()
+        return "slow result"
+
+    provider = FauxProvider(
+        [FauxResponse(tool_calls=[("slow", {"path": "x"})]), "one answer for both"]
+    )
+    tool = pico.Tool("slow", "Slow", SCHEMA, slow)
+    h = await backend.open(provider=provider, tools=[tool])
+    c = await h.root()
+    a = await c.accept("start")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    s = await c.steer("also check y")  # during tool execution
+    w = await c.append_message("a note for the model")  # context only
+    release.set()
+    assert await _bounded(drive) == "idle"
+    ra, rs, rw = await c.result(a), await c.result(s), await c.result(w)
+    assert ra is not None and rs is not None and rw is not None
+    assert ra.status == rs.status == "done" and ra.entry_id == rs.entry_id  # one answer
+    assert rw.status == "placed"
+    assert len(provider.requests) == 2  # the write requested no run of its own
+    await h.close()
+
+
+async def test_cancel_queued_and_abort_keep_writes_and_next_run(backend: Backend) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider(["first"], chunk_chars=2, cadence=1.0, clock=clock)
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    await c.accept("go")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(30):
+        await asyncio.sleep(0)
+    f1 = await c.follow_up("follow one")
+    f2 = await c.follow_up("follow two")
+    s = await c.steer("steer")
+    n = await c.next_run("next time")
+    w = await c.append_message("remember this")
+    assert await c.cancel_queued(f1) == "cancelled"
+    assert await c.cancel_queued(f1) == "already_consumed"
+    assert await c.cancel_queued(10**9) == "not_found"
+    await c.abort()
+    clock.advance(100)
+    while not drive.done():
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+    statuses = {
+        k: (await c.result(v)).status  # type: ignore[union-attr]
+        for k, v in {"f1": f1, "f2": f2, "s": s, "n": n, "w": w}.items()
+    }
+    assert statuses == {
+        "f1": "cancelled",
+        "f2": "cancelled",
+        "s": "cancelled",
+        "n": "queued",
+        "w": "queued",
+    }
+    await h.close()
