@@ -191,7 +191,7 @@ class GenerationDefinition(TaskDefinition):
             )
         )
         request = Request(
-            model=self.services.model,
+            model=str(state.get("model") or self.services.model),
             system=self.services.system,
             messages=tuple(
                 project_context(ctx.reads, task.conversation_id, self.services.projection)
@@ -286,7 +286,7 @@ class GenerationDefinition(TaskDefinition):
                     foreground=True,
                     after=tool_ids,
                     spawned_by=task.id,
-                    state={"inputs": _json_list(inputs), "tools": _json_list(offered)},
+                    state=generation_state(self.services, inputs, offered, state),
                 )
             else:
                 entry = tx.append_entry(
@@ -307,7 +307,7 @@ class GenerationDefinition(TaskDefinition):
                         "generation",
                         foreground=True,
                         spawned_by=task.id,
-                        state={"inputs": _json_list(nxt), "tools": state.get("tools", [])},
+                        state=generation_state(self.services, nxt, offered, state),
                     )
             tx.patch_task(task.id, status="done", state={**state, "usage": usage})
             tx.retire_working_scope(ctx.working_scope)
@@ -318,7 +318,9 @@ class GenerationDefinition(TaskDefinition):
         self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], error: ProviderError
     ) -> None:
         attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
-        if error.kind == "retryable" and attempt < self.services.max_attempts:
+        budget = state.get("max_attempts")
+        limit = budget if isinstance(budget, int) else self.services.max_attempts
+        if error.kind == "retryable" and attempt < limit:
             delay = (
                 error.retry_after
                 if error.retry_after is not None
@@ -403,6 +405,23 @@ async def _stream(
         closer = getattr(events, "aclose", None)
         if closer is not None:
             await closer()  # best-effort provider cancellation
+
+
+def generation_state(
+    services: AgentServices,
+    inputs: Sequence[int],
+    tools: Sequence[str],
+    parent: dict[str, JsonValue] | None = None,
+) -> dict[str, JsonValue]:
+    """A generation's creation state: inputs, offered tools and the captured model and retry
+    budget (§8.3), inherited along one exchange."""
+    parent = parent or {}
+    return {
+        "inputs": _json_list(inputs),
+        "tools": _json_list(tools),
+        "model": parent.get("model") or services.model,
+        "max_attempts": parent.get("max_attempts") or services.max_attempts,
+    }
 
 
 def _json_list(values: Sequence[int] | Sequence[str]) -> list[JsonValue]:
@@ -562,10 +581,12 @@ class PostToolsDefinition(TaskDefinition):
                     "generation",
                     foreground=True,
                     spawned_by=task.id,
-                    state={
-                        "inputs": _json_list([*inputs, *steering]),
-                        "tools": state.get("tools", []),
-                    },
+                    state=generation_state(
+                        self.services,
+                        [*inputs, *steering],
+                        _ints_or_names(state.get("tools")),
+                        state,
+                    ),
                 )
             tx.patch_task(task.id, status="done")
 

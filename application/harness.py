@@ -17,6 +17,7 @@ from pico.application.agent import (
     agent_definitions,
     cancel_queued_inputs,
     enqueue,
+    generation_state,
     input_result_address,
     place,
     queue_address,
@@ -482,10 +483,7 @@ class ConversationHandle:
                         self.id,
                         "generation",
                         foreground=True,
-                        state={
-                            "inputs": list[JsonValue](triggers),
-                            "tools": list[JsonValue](offered),
-                        },
+                        state=generation_state(services, triggers, offered),
                     )
                 return entry
 

@@ -364,3 +364,19 @@ async def test_cancel_queued_and_abort_keep_writes_and_next_run(backend: Backend
         "w": "queued",
     }
     await h.close()
+
+
+async def test_the_generation_captures_model_and_retry_budget_at_creation(
+    backend: Backend,
+) -> None:
+    provider = FauxProvider([FauxFailure("retryable", "busy", retry_after=0), "ok"])
+    h = await backend.open(provider=provider, model="model-one")
+    assert h.services is not None
+    c = await h.root()
+    input_id = await c.accept("hello")
+    h.services.model = "model-two"  # a later change does not alter a live turn
+    h.services.max_attempts = 1  # nor its retry budget (captured: 3)
+    assert await _bounded(c.drive()) == "idle"
+    assert [r.model for r in provider.requests] == ["model-one", "model-one"]
+    assert (await c.result(input_id)).status == "done"  # type: ignore[union-attr]
+    await h.close()
