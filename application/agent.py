@@ -32,6 +32,7 @@ from pico.application.scheduler import Execution
 from pico.application.state import ConversationValue, SessionValue, working_list
 from pico.application.tasks import TaskDefinition
 from pico.application.tools import ToolArgumentsError, ToolContext, ToolRegistry
+from pico.domain.errors import CommandRejectedError
 from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
@@ -407,6 +408,49 @@ async def _stream(
             await closer()  # best-effort provider cancellation
 
 
+class ToolCallAnsweredError(CommandRejectedError):
+    """The held tool call was answered already; its first answer landed."""
+
+    def __init__(self, task_id: int, entry_id: int | None) -> None:
+        self.task_id = task_id
+        self.entry_id = entry_id
+        super().__init__(
+            f"tool task {task_id} was already answered (result entry {entry_id}); the first "
+            "answer landed and a second one is refused"
+        )
+
+
+def answer_held_call(tx: Command, task_id: int, text: str, is_error: bool) -> int:
+    """Seed 000, "Answering a deferred call": validate, then write ONE ordinary tool result
+    and settle the tool, so the join continues as after any tool."""
+    task = tx.get_task(task_id)
+    if task is None or task.kind != "tool":
+        raise CommandRejectedError(f"task {task_id} is not a tool call of this session")
+    state = _state(task)
+    if not task.live:
+        entry = state.get("result_entry")
+        raise ToolCallAnsweredError(task_id, entry if isinstance(entry, int) else None)
+    if task.status != "held":
+        raise CommandRejectedError(
+            f"tool task {task_id} is {task.status!r}, not waiting for an outside answer"
+        )
+    cid = task.conversation_id
+    entry = tx.append_entry(
+        cid,
+        "tool",
+        {"content": text, "is_error": is_error},
+        by_task_id=task_id,
+        metadata={
+            "tool_call_id": state.get("call_id"),
+            "tool_name": state.get("name"),
+            "answered": True,
+        },
+    )
+    tx.append_context(cid, [entry])
+    tx.patch_task(task_id, status="done", state={**state, "result_entry": entry})
+    return entry
+
+
 def generation_state(
     services: AgentServices,
     inputs: Sequence[int],
@@ -446,10 +490,15 @@ class ToolTaskDefinition(TaskDefinition):
     roles: dict[str, Role] = {
         "pending": "ready",
         "running": "inflight",
+        "held": "waiting",
         "done": "terminal",
         "aborted": "terminal",
     }
-    transitions = {"pending": ["running", "done", "aborted"], "running": ["done", "aborted"]}
+    transitions = {
+        "pending": ["running", "done", "aborted"],
+        "running": ["held", "done", "aborted"],
+        "held": ["done", "aborted"],
+    }
 
     def __init__(self, services: AgentServices) -> None:
         self.services = services
@@ -468,6 +517,14 @@ class ToolTaskDefinition(TaskDefinition):
         await ctx.command(lambda tx: tx.patch_task(task.id, status="running", state=running))
         tool_ctx = ToolContext(call_id=str(state.get("call_id")), tool_name=name, signal=ctx.signal)
         outcome = await tool.run(args, tool_ctx)
+        if outcome.deferred and not outcome.is_error:
+            # The answer will come from outside: park durably (seed 000).
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id, status="held", state={**running, "held": outcome.text}
+                )
+            )
+            return
         await self._result(
             task,
             ctx,
@@ -506,6 +563,8 @@ class ToolTaskDefinition(TaskDefinition):
 
     async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
         state = _state(task)
+        if task.status == "held":
+            return  # waiting for an outside answer (Harness.answer_tool_call); nothing to arm
         if task.status == "running" and state.get("replay") == "safe":
             await self._rerun(task, ctx, state)  # replay allowed by the captured policy
             return

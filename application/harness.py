@@ -15,6 +15,7 @@ from pico.application.agent import (
     AgentServices,
     InputResult,
     agent_definitions,
+    answer_held_call,
     cancel_queued_inputs,
     enqueue,
     generation_state,
@@ -376,6 +377,25 @@ class Harness:
             order=order,
             limit=limit,
         )
+
+    # ------------------------------------------------------------------ outside answers
+    async def answer_tool_call(self, task_id: int, content: str, *, is_error: bool = False) -> int:
+        """Supply the result of a held tool call from outside. Validated before anything is
+        written; writes one ordinary tool result (returned); a second answer raises
+        ``ToolCallAnsweredError`` naming the entry where the first landed."""
+        if not isinstance(content, str):
+            raise CommandRejectedError("a tool answer is text (put structure in JSON text)")
+        return await self.command(lambda tx: answer_held_call(tx, task_id, content, is_error))
+
+    async def held_tool_calls(self, conversation_id: int | None = None) -> list[TaskSnapshot]:
+        """Tool calls waiting for an outside answer."""
+        page = await self.tasks(
+            conversation_ids=None if conversation_id is None else [conversation_id],
+            live=True,
+            kind="tool",
+            limit=1000,
+        )
+        return [t for t in page.items if t.status == "held"]
 
     # ------------------------------------------------------------------ audit
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:

@@ -43,6 +43,7 @@ class ToolOutcome:
     add_tools: tuple[str, ...] = ()
     terminate: bool = False
     handoff: JsonValue = None
+    deferred: bool = False
 
 
 class ToolContext:
@@ -97,6 +98,11 @@ class ToolContext:
     def terminate(self) -> None:
         """Ask the join to stop after this exchange (no next generation)."""
         self._outcome.terminate = True
+
+    def defer(self) -> None:
+        """The result will be supplied from outside (``Harness.answer_tool_call``): the
+        call is parked durably instead of settled; text written so far is kept."""
+        self._outcome.deferred = True
 
     def handoff(self, content: JsonValue) -> None:
         """Ask the join to append a handoff entry and reset context after the exchange."""

@@ -6,7 +6,7 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 
 from __future__ import annotations
 
-from pico.application.agent import AgentServices, InputResult
+from pico.application.agent import AgentServices, InputResult, ToolCallAnsweredError
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
@@ -170,6 +170,7 @@ __all__ = [
     "ThinkingPart",
     "Tool",
     "ToolArgumentsError",
+    "ToolCallAnsweredError",
     "ToolCallPart",
     "ToolContext",
     "ToolOutcome",

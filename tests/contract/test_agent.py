@@ -380,3 +380,39 @@ async def test_the_generation_captures_model_and_retry_budget_at_creation(
     assert [r.model for r in provider.requests] == ["model-one", "model-one"]
     assert (await c.result(input_id)).status == "done"  # type: ignore[union-attr]
     await h.close()
+
+
+async def test_a_held_call_is_answered_once_from_outside(backend: Backend) -> None:
+    async def approve(args: JsonObject, ctx: ToolContext) -> str:
+        ctx.defer()  # an operator answers later
+        return "waiting for approval"
+
+    provider = FauxProvider(
+        [FauxResponse(tool_calls=[("approve", {"path": "deploy"})]), "Deployed."]
+    )
+    tool = pico.Tool("approve", "Ask a human", SCHEMA, approve)
+    h = await backend.open(provider=provider, tools=[tool])
+    c = await h.root()
+    input_id = await c.accept("deploy it")
+    assert await _bounded(c.drive()) == "suspended"  # durably waiting outside
+    held = await h.held_tool_calls(c.id)
+    assert len(held) == 1 and held[0].role == "waiting"
+    await h.close()
+    # Another process answers; validation comes before any write.
+    h = await backend.open(provider=provider, tools=[tool])
+    head = h.head()
+    with pytest.raises(pico.CommandRejectedError):
+        await h.answer_tool_call(input_id, "not a tool task")
+    assert h.head() == head
+    entry = await h.answer_tool_call(held[0].id, "approved by alice")
+    with pytest.raises(pico.ToolCallAnsweredError, match=f"entry {entry}"):
+        await h.answer_tool_call(held[0].id, "approved twice")
+    c = await h.root()
+    assert await _bounded(c.drive()) == "idle"
+    result = await c.result(input_id)
+    assert result is not None and result.status == "done"
+    results = [
+        p for p in provider.requests[-1].messages[-1].parts if isinstance(p, pico.ToolResultPart)
+    ]
+    assert [r.content for r in results] == ["approved by alice"]
+    await h.close()
