@@ -17,6 +17,7 @@ from typing import Any
 
 from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command
+from pico.application.hooks import Hooks, ToolCall, YieldDecision
 from pico.application.model import (
     Deferred,
     Done,
@@ -67,6 +68,7 @@ class AgentServices:
     clock: Clock = field(default_factory=SystemClock)
     projection: Projection = field(default_factory=Projection)
     queue_selection: str = "all"  # or "one": the oldest queued input of each mode
+    hooks: Hooks = field(default_factory=Hooks)
 
 
 MODES = ("write", "steer", "follow_up", "next_run")
@@ -199,6 +201,20 @@ class GenerationDefinition(TaskDefinition):
             ),
             tools=self.services.tools.specs(str(t) for t in _ints_or_names(state.get("tools"))),
         )
+        hooks = self.services.hooks
+        if hooks.before_request is not None:
+            try:  # preparation: fails closed
+                request = await hooks.before_request(request)
+            except Exception as exc:
+                await self._failed_attempt(
+                    task,
+                    ctx,
+                    state,
+                    ProviderError(f"the before_request hook raised {exc!r}", kind="fatal"),
+                )
+                return
+            if ctx.cancelled:
+                return  # re-check after the hook: an abort suppresses the request
         frames = working_list("pico.frames", str, scope=ctx.working_scope)
         try:
             outcome = await _stream(self.services.provider, request, ctx, frames)
@@ -207,6 +223,7 @@ class GenerationDefinition(TaskDefinition):
             return
         if outcome is None:
             return  # signalled (abort/close): publish nothing; the abort handler settles
+        await hooks.observe_response(outcome)
         await self._settle(task, ctx, state, outcome)
 
     async def _poll(self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]) -> None:
@@ -242,6 +259,9 @@ class GenerationDefinition(TaskDefinition):
         if thinking:
             content["thinking"] = thinking
         calls = message.tool_calls
+        decision = YieldDecision()
+        if not calls and isinstance(outcome, Response):
+            decision = await self.services.hooks.decide_yield(outcome)  # outside the line
         usage: JsonValue = (
             None
             if outcome.usage is None
@@ -294,6 +314,24 @@ class GenerationDefinition(TaskDefinition):
                     cid, "assistant", content, by_task_id=task.id, metadata={"usage": usage}
                 )
                 tx.append_context(cid, [entry])
+                waiting = queued(tx, cid, ("steer", "follow_up"))
+                if decision.action == "continue" and not waiting:
+                    # The yield hook continues the SAME input group (§8.2); queued input
+                    # would have taken precedence over this (possibly stale) decision.
+                    nudge = tx.append_entry(
+                        cid, "user", decision.message, metadata={"yield": True}, by_task_id=task.id
+                    )
+                    tx.append_context(cid, [nudge])
+                    tx.create_task(
+                        cid,
+                        "generation",
+                        foreground=True,
+                        spawned_by=task.id,
+                        state=generation_state(self.services, inputs, offered, state),
+                    )
+                    tx.patch_task(task.id, status="done", state={**state, "usage": usage})
+                    tx.retire_working_scope(ctx.working_scope)
+                    return
                 set_results(tx, inputs, {"status": "done", "entry_id": entry})
                 # The answer boundary: safe writes, steering and follow-ups start a new group.
                 nxt = place(
@@ -451,6 +489,30 @@ def answer_held_call(tx: Command, task_id: int, text: str, is_error: bool) -> in
     return entry
 
 
+def decide_held_approval(tx: Command, task_id: int, decision: str) -> None:
+    """The approval channel (§9.1, seed 000): grant lets the held tool run (without asking
+    ``before_tool`` again); deny writes its error result. Validated before writing."""
+    if decision not in ("grant", "deny"):
+        raise CommandRejectedError(f"an approval decision is 'grant' or 'deny', not {decision!r}")
+    task = tx.get_task(task_id)
+    if task is None or task.kind != "tool" or task.status != "approval":
+        raise CommandRejectedError(f"task {task_id} is not a tool call waiting for approval")
+    state = _state(task)
+    if decision == "grant":
+        tx.patch_task(task_id, status="pending", state={**state, "approved": True})
+        return
+    cid = task.conversation_id
+    entry = tx.append_entry(
+        cid,
+        "tool",
+        {"content": "denied by approval", "is_error": True},
+        by_task_id=task_id,
+        metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
+    )
+    tx.append_context(cid, [entry])
+    tx.patch_task(task_id, status="done", state={**state, "result_entry": entry, "approved": False})
+
+
 def generation_state(
     services: AgentServices,
     inputs: Sequence[int],
@@ -489,13 +551,15 @@ class ToolTaskDefinition(TaskDefinition):
     initial_status = "pending"
     roles: dict[str, Role] = {
         "pending": "ready",
+        "approval": "waiting",  # held by before_tool until decide_approval
         "running": "inflight",
-        "held": "waiting",
+        "held": "waiting",  # the tool deferred its result to an outside answer
         "done": "terminal",
         "aborted": "terminal",
     }
     transitions = {
-        "pending": ["running", "done", "aborted"],
+        "pending": ["approval", "running", "done", "aborted"],
+        "approval": ["pending", "done", "aborted"],
         "running": ["held", "done", "aborted"],
         "held": ["done", "aborted"],
     }
@@ -512,10 +576,25 @@ class ToolTaskDefinition(TaskDefinition):
         except ToolArgumentsError as exc:  # an error result, never an invocation
             await self._result(task, ctx, state, str(exc), is_error=True)
             return
+        call = ToolCall(task.id, str(state.get("call_id")), name, args)
+        if not state.get("approved"):
+            decision = await self.services.hooks.decide_tool(call)  # outside the line
+            if decision.action == "block":
+                await self._result(task, ctx, state, decision.result or "blocked", is_error=True)
+                return
+            if decision.action == "hold":
+                await ctx.command(lambda tx: tx.patch_task(task.id, status="approval"))
+                return
+            if decision.arguments is not None:
+                try:  # a transformation is revalidated before it is used
+                    args = tool.validate(decision.arguments)
+                except ToolArgumentsError as exc:
+                    await self._result(task, ctx, state, str(exc), is_error=True)
+                    return
         # Persist the effective arguments and replay decision BEFORE invocation (§8.4).
         running: dict[str, JsonValue] = {**state, "arguments": args, "replay": tool.replay}
         await ctx.command(lambda tx: tx.patch_task(task.id, status="running", state=running))
-        tool_ctx = ToolContext(call_id=str(state.get("call_id")), tool_name=name, signal=ctx.signal)
+        tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal)
         outcome = await tool.run(args, tool_ctx)
         if outcome.deferred and not outcome.is_error:
             # The answer will come from outside: park durably (seed 000).
@@ -525,6 +604,7 @@ class ToolTaskDefinition(TaskDefinition):
                 )
             )
             return
+        outcome = await self.services.hooks.process_tool(call, outcome)
         await self._result(
             task,
             ctx,
@@ -563,8 +643,8 @@ class ToolTaskDefinition(TaskDefinition):
 
     async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
         state = _state(task)
-        if task.status == "held":
-            return  # waiting for an outside answer (Harness.answer_tool_call); nothing to arm
+        if task.status in ("held", "approval"):
+            return  # waiting for an outside answer or decision; nothing to arm
         if task.status == "running" and state.get("replay") == "safe":
             await self._rerun(task, ctx, state)  # replay allowed by the captured policy
             return

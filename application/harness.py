@@ -17,6 +17,7 @@ from pico.application.agent import (
     agent_definitions,
     answer_held_call,
     cancel_queued_inputs,
+    decide_held_approval,
     enqueue,
     generation_state,
     input_result_address,
@@ -26,6 +27,7 @@ from pico.application.agent import (
 )
 from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
+from pico.application.hooks import Hooks
 from pico.application.line import CommandLine
 from pico.application.model import Message, ModelProvider
 from pico.application.ports import AuditRecord, ReadPort, Storage
@@ -84,6 +86,7 @@ class Harness:
         clock: Clock | None = None,
         provider: ModelProvider | None = None,
         tools: Iterable[Tool] = (),
+        hooks: Hooks | None = None,
         model: str = "default",
         system: str = "",
     ) -> Harness:
@@ -109,6 +112,7 @@ class Harness:
         if provider is not None:
             # The built-in agent flows: generation, tool, post_tools (§8).
             services = AgentServices(
+                hooks=hooks or Hooks(),
                 provider=provider,
                 tools=ToolRegistry(tools),
                 model=model,
@@ -386,6 +390,10 @@ class Harness:
         if not isinstance(content, str):
             raise CommandRejectedError("a tool answer is text (put structure in JSON text)")
         return await self.command(lambda tx: answer_held_call(tx, task_id, content, is_error))
+
+    async def decide_approval(self, task_id: int, decision: str) -> None:
+        """Grant or deny a tool call held for approval by the ``before_tool`` hook."""
+        await self.command(lambda tx: decide_held_approval(tx, task_id, decision))
 
     async def held_tool_calls(self, conversation_id: int | None = None) -> list[TaskSnapshot]:
         """Tool calls waiting for an outside answer."""

@@ -11,6 +11,7 @@ from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
 from pico.application.harness import ConversationHandle, Harness
+from pico.application.hooks import Hooks, ToolCall, ToolDecision, YieldDecision
 from pico.application.model import (
     Deferred,
     Message,
@@ -126,6 +127,7 @@ __all__ = [
     "HandleFaultedError",
     "Harness",
     "HistoricalReadError",
+    "Hooks",
     "InputResult",
     "InvalidJsonError",
     "InvalidPositionError",
@@ -170,9 +172,11 @@ __all__ = [
     "ThinkingPart",
     "Tool",
     "ToolArgumentsError",
+    "ToolCall",
     "ToolCallAnsweredError",
     "ToolCallPart",
     "ToolContext",
+    "ToolDecision",
     "ToolOutcome",
     "ToolRegistry",
     "ToolResultPart",
@@ -189,6 +193,7 @@ __all__ = [
     "WorkingScope",
     "WorkingScopeError",
     "WorkingValue",
+    "YieldDecision",
     "conversation_list",
     "conversation_value",
     "project_context",
