@@ -297,6 +297,8 @@ class GenerationDefinition(TaskDefinition):
                             "name": c.name,
                             "arguments": c.arguments,
                             "offered": _json_list(offered),
+                            # A call cut off by max_tokens may be unusable: never run it.
+                            "truncated": outcome.stop_reason == "max_tokens",
                         },
                     )
                     for c in calls
@@ -570,6 +572,15 @@ class ToolTaskDefinition(TaskDefinition):
     async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
         state = _state(task)
         name = str(state.get("name"))
+        if state.get("truncated"):
+            await self._result(
+                task,
+                ctx,
+                state,
+                "the model's output was truncated before this call was complete; it was not run",
+                is_error=True,
+            )
+            return
         try:
             tool = self.services.tools.authorize(name, _ints_or_names(state.get("offered")))
             args = tool.validate(state.get("arguments"))

@@ -35,6 +35,7 @@ from pico.application.projection import Projection, project_context
 from pico.application.registry import get_storage_opener
 from pico.application.scheduler import DriveOutcome, Scheduler
 from pico.application.state import (
+    Address,
     ConversationList,
     ConversationValue,
     SessionList,
@@ -87,6 +88,7 @@ class Harness:
         provider: ModelProvider | None = None,
         tools: Iterable[Tool] = (),
         hooks: Hooks | None = None,
+        initial_values: Iterable[tuple[Address[Any], Any]] = (),
         model: str = "default",
         system: str = "",
     ) -> Harness:
@@ -131,7 +133,7 @@ class Harness:
             harness = cls(line, clock)
             harness.services = services
             if not read_only and line.session.root_id is None:
-                await line.run(_create_root)
+                await line.run(lambda tx: _create_root(tx, initial_values))
         except BaseException:
             store.close()
             raise
@@ -412,9 +414,15 @@ class Harness:
         return self._line.storage.audit(after=after, limit=limit)
 
 
-def _create_root(tx: Command) -> int:
+def _create_root(tx: Command, values: Iterable[tuple[Address[Any], Any]] = ()) -> int:
+    """Empty storage only: the root conversation and the initial values, in one commit."""
     root = tx.create_conversation()
     tx.session_ops.append(lambda session: session.designate_root(root))
+    for address, value in values:
+        if isinstance(address, ConversationValue):
+            tx.set_value(address, value, conversation_id=root)
+        else:
+            tx.set_value(address, value)
     return root
 
 

@@ -416,3 +416,35 @@ async def test_a_held_call_is_answered_once_from_outside(backend: Backend) -> No
     ]
     assert [r.content for r in results] == ["approved by alice"]
     await h.close()
+
+
+async def test_calls_from_a_truncated_response_get_error_results_without_running(
+    backend: Backend,
+) -> None:
+    invoked: list[str] = []
+    provider = FauxProvider(
+        [
+            FauxResponse(tool_calls=[("read", {"path": "a.py"})], stop_reason="max_tokens"),
+            "I will try again with less output.",
+        ]
+    )
+    h = await _open(backend, provider, invoked)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("read a.py"))
+    assert result is not None and result.status == "done" and invoked == []
+    (tool_entry,) = (await c.entries(kind="tool")).items
+    assert _get(tool_entry.content, "is_error") is True
+    await h.close()
+
+
+async def test_initial_root_values_are_set_only_for_empty_storage(backend: Backend) -> None:
+    model = pico.conversation_value("agent.model", str, rewind=False)
+    name = pico.session_value("app.name", str)
+    h = await backend.open(initial_values=[(model, "small"), (name, "parser work")])
+    c = await h.root()
+    assert await c.get_value(model) == "small" and await h.get_value(name) == "parser work"
+    await c.set_value(model, "large")
+    await h.close()
+    h = await backend.open(initial_values=[(model, "small")])  # existing storage: no effect
+    assert await (await h.root()).get_value(model) == "large"
+    await h.close()

@@ -1,0 +1,88 @@
+"""§9.5 end-to-end usage, as far as this release goes (watch and spawn come later)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pico
+from pico import FauxProvider
+from tests.backends import Backend
+
+
+async def test_the_end_to_end_usage_example(backend: Backend) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider(
+        [
+            "The parser has two problems.",
+            "a long answer that will be aborted",
+            "Here is a loop-based implementation.",
+        ],
+        chunk_chars=3,
+        cadence=1.0,
+        clock=clock,
+    )
+    h = await backend.open(provider=provider, clock=clock)
+    c = await h.root()
+
+    async def drive(conv: pico.ConversationHandle) -> str:
+        task = asyncio.ensure_future(conv.drive())
+        while not task.done():
+            clock.advance(1.0)
+            await asyncio.sleep(0)
+        return task.result()
+
+    accepted = await c.accept("Inspect the parser", request_id="web-42")
+    assert await drive(c) == "idle"
+    result = await c.result(accepted)
+    assert result is not None and result.status == "done"
+    completed_answer = result.entry_id
+    assert completed_answer is not None
+    shown = await h.entry(completed_answer)
+    assert shown is not None and shown.kind == "assistant"
+
+    # Cancellation is durable intent; keep or start a drive for cleanup.
+    second = await c.accept("Explain everything")
+    driving = asyncio.ensure_future(c.drive())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await c.abort()
+    while not driving.done():
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+    assert driving.result() == "idle"
+    assert (await c.result(second)).status == "cancelled"  # type: ignore[union-attr]
+    assert await drive(c) == "idle"  # also covers a previously idle drive
+    assert await h.drive() == "idle"  # supervises everything
+
+    alternate = await c.fork(at_entry=completed_answer)
+    third = await alternate.accept("Try a different implementation")
+    assert await drive(alternate) == "idle"  # source and unrelated forks remain parked
+    alt = await alternate.result(third)
+    assert alt is not None and alt.status == "done"
+    # The alternate saw history through the answer, not the aborted question after it.
+    texts = [m.text for m in provider.requests[-1].messages]
+    assert "Explain everything" not in texts and texts[-1] == "Try a different implementation"
+    await h.close()
+
+
+async def test_one_oldest_input_of_each_mode_is_placed_per_boundary(backend: Backend) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider(["a", "b", "c"], chunk_chars=1, cadence=1.0, clock=clock)
+    h = await backend.open(provider=provider, clock=clock)
+    assert h.services is not None
+    h.services.queue_selection = "one"
+    c = await h.root()
+    await c.accept("start")
+    driving = asyncio.ensure_future(c.drive())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    f1 = await c.follow_up("f1")
+    f2 = await c.follow_up("f2")
+    while not driving.done():
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+    # One follow-up per answer boundary, oldest first: f1 after "a", f2 after "b".
+    user_texts = [[m.text for m in r.messages if m.role == "user"][-1] for r in provider.requests]
+    assert user_texts == ["start", "f1", "f2"]
+    assert [(await c.result(i)).status for i in (f1, f2)] == ["done", "done"]  # type: ignore[union-attr]
+    await h.close()
