@@ -72,7 +72,7 @@ async def print_conversation(h: Harness, conv: ConversationHandle, out: list[str
         out.append(f"    {e.id:>4} {e.kind:<9} {_text(e.content)}")
 
 
-def _demo_tools(files: dict[str, str]) -> list[Tool]:
+def _demo_tools(files: dict[str, str], clock: FakeClock) -> list[Tool]:
     schema: JsonObject = {
         "type": "object",
         "properties": {"path": {"type": "string"}},
@@ -86,6 +86,7 @@ def _demo_tools(files: dict[str, str]) -> list[Tool]:
         return files[path]
 
     async def grep(args: JsonObject, ctx: ToolContext) -> str:
+        await clock.sleep_until(clock.now() + 0.2)  # a search that takes a moment
         hits = [
             f"{p}: {line}"
             for p, text in files.items()
@@ -108,8 +109,15 @@ def _demo_script() -> list[Any]:
             tool_calls=[("read", {"path": "parser.py"}), ("grep", {"path": "parse("})],
         ),
         lambda request: (
-            f"parse() calls itself on tokens[1:], so depth grows with input "
-            f"({len(request.messages)} messages in context). Use a loop."
+            (
+                "Yes, an empty token list returns at once. "
+                if "empty input" in request.messages[-1].text
+                else ""
+            )
+            + (
+                f"parse() calls itself on tokens[1:], so depth grows with input "
+                f"({len(request.messages)} messages in context). Use a loop."
+            )
         ),
         "I was going to explain every detail of the parser, token by token ...",
         "Error recovery: skip to the next statement boundary and record the error.",
@@ -135,14 +143,36 @@ async def demo(db: Path) -> str:
         return driving.result()
 
     h = await Harness.open(
-        url, session="main", provider=provider, tools=_demo_tools(files), clock=clock, model="faux"
+        url,
+        session="main",
+        provider=provider,
+        tools=_demo_tools(files, clock),
+        clock=clock,
+        model="faux",
     )
     c = await h.root()
-    for question in ("Inspect the parser", "Explain the first problem"):
-        input_id = await c.accept(question)
-        outcome = await drive_with_time(c)
-        result = await c.result(input_id)
-        out.append(f"> {question}\n  drive: {outcome}; result: {result}")
+    input_id = await c.accept("Inspect the parser")
+    out.append(
+        f"> Inspect the parser\n  drive: {await drive_with_time(c)}; result: "
+        f"{await c.result(input_id)}"
+    )
+    # A tool turn, with the user steering while the tools run.
+    input_id = await c.accept("Explain the first problem")
+    driving = asyncio.ensure_future(c.drive())
+    steer_id = None
+    while not driving.done():
+        await asyncio.sleep(0)
+        running = [
+            t for t in (await h.tasks(kind="tool", live=True)).items if t.status == "running"
+        ]
+        if running and steer_id is None:
+            steer_id = await c.steer("Also: is the fix safe for empty input?")
+        clock.advance(0.05)
+    out.append(
+        f"> Explain the first problem (+ a steer during tool execution)\n  drive: "
+        f"{driving.result()}; result: {await c.result(input_id)}; steer result: "
+        f"{await c.result(steer_id) if steer_id else None}"
+    )
     # An aborted turn: the abort is durable intent; the drive performs the cleanup.
     input_id = await c.accept("Explain everything in detail")
     driving = asyncio.ensure_future(c.drive())
@@ -162,7 +192,12 @@ async def demo(db: Path) -> str:
     # A new process: reopen and continue the same conversation.
     provider.requests.clear()
     h = await Harness.open(
-        url, session="main", provider=provider, tools=_demo_tools(files), clock=clock, model="faux"
+        url,
+        session="main",
+        provider=provider,
+        tools=_demo_tools(files, clock),
+        clock=clock,
+        model="faux",
     )
     c = await h.root()
     input_id = await c.accept("And the second problem?")

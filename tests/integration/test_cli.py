@@ -22,7 +22,8 @@ def test_the_demo_runs_an_agent_session_and_the_audit_reads_it(tmp_path: Path) -
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout
     assert "-> read(" in out and "grep(" in out  # a tool turn
-    assert out.count("status='done'") == 3 and "status='cancelled'" in out  # the abort
+    assert out.count("status='done'") == 4 and "status='cancelled'" in out  # the abort
+    assert "steer result: InputResult(status='done'" in out  # steered during the tools
     assert "(after reopening)" in out
     audit = _run("audit", "--url", f"sqlite:///{db}", "--limit", "100000")
     assert audit.returncode == 0, audit.stderr
