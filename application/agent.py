@@ -27,12 +27,13 @@ from pico.application.model import (
     Response,
     TextDelta,
     ThinkingPart,
+    Usage,
 )
 from pico.application.projection import Projection, project_context
 from pico.application.scheduler import Execution
 from pico.application.state import ConversationValue, SessionValue, working_list
 from pico.application.tasks import TaskDefinition
-from pico.application.tools import ToolArgumentsError, ToolContext, ToolRegistry
+from pico.application.tools import ToolArgumentsError, ToolContext, ToolOutcome, ToolRegistry
 from pico.domain.errors import CommandRejectedError
 from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
@@ -69,6 +70,7 @@ class AgentServices:
     projection: Projection = field(default_factory=Projection)
     queue_selection: str = "all"  # or "one": the oldest queued input of each mode
     hooks: Hooks = field(default_factory=Hooks)
+    active_tools: list[str] | None = None  # offered at first; None offers every tool
 
 
 MODES = ("write", "steer", "follow_up", "next_run")
@@ -246,7 +248,11 @@ class GenerationDefinition(TaskDefinition):
     ) -> None:
         inputs = _ints(state.get("inputs"))
         if isinstance(outcome, Deferred):
-            new_state = {**state, "handle": outcome.handle}
+            new_state = {
+                **state,
+                "handle": outcome.handle,
+                "usage": _add_usage(state.get("usage"), outcome.usage),
+            }
             await ctx.command(
                 lambda tx: tx.patch_task(
                     task.id, status="deferred", state=new_state, required_permit="deferred-poll"
@@ -262,11 +268,7 @@ class GenerationDefinition(TaskDefinition):
         decision = YieldDecision()
         if not calls and isinstance(outcome, Response):
             decision = await self.services.hooks.decide_yield(outcome)  # outside the line
-        usage: JsonValue = (
-            None
-            if outcome.usage is None
-            else {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens}
-        )
+        usage = _add_usage(state.get("usage"), outcome.usage)
         offered = _ints_or_names(state.get("tools"))
 
         def settle(tx: Command) -> None:
@@ -359,6 +361,8 @@ class GenerationDefinition(TaskDefinition):
         self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], error: ProviderError
     ) -> None:
         attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
+        # Known usage commits even for failed, deferred or discarded attempts (§8.3).
+        state = {**state, "usage": _add_usage(state.get("usage"), error.usage)}
         budget = state.get("max_attempts")
         limit = budget if isinstance(budget, int) else self.services.max_attempts
         if error.kind == "retryable" and attempt < limit:
@@ -532,6 +536,35 @@ def generation_state(
     }
 
 
+def _add_usage(previous: JsonValue, usage: Usage | None) -> JsonValue:
+    """Accumulate known usage; unknown (None) adds nothing and is not zero."""
+    if usage is None:
+        return previous
+    base = previous if isinstance(previous, dict) else {}
+    total_in = base.get("input", 0)
+    total_out = base.get("output", 0)
+    return {
+        "input": (total_in if isinstance(total_in, int) else 0) + usage.input_tokens,
+        "output": (total_out if isinstance(total_out, int) else 0) + usage.output_tokens,
+    }
+
+
+def _control(outcome: ToolOutcome) -> JsonObject:
+    """What the join and the audit need from a tool run."""
+    usage: JsonValue = (
+        None
+        if outcome.usage is None
+        else {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens}
+    )
+    return {
+        "terminate": outcome.terminate,
+        "handoff": outcome.handoff,
+        "details": outcome.details,
+        "usage": usage,
+        "add_tools": list[JsonValue](outcome.add_tools),
+    }
+
+
 def _json_list(values: Sequence[int] | Sequence[str]) -> list[JsonValue]:
     return list(values)
 
@@ -605,7 +638,12 @@ class ToolTaskDefinition(TaskDefinition):
         # Persist the effective arguments and replay decision BEFORE invocation (§8.4).
         running: dict[str, JsonValue] = {**state, "arguments": args, "replay": tool.replay}
         await ctx.command(lambda tx: tx.patch_task(task.id, status="running", state=running))
-        tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal)
+        frames = working_list("pico.tool-output", str, scope=ctx.working_scope)
+
+        async def admit(text: str) -> None:  # progress is awaited: explicit backpressure
+            await ctx.working(_append_frame(frames, text))
+
+        tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
         outcome = await tool.run(args, tool_ctx)
         if outcome.deferred and not outcome.is_error:
             # The answer will come from outside: park durably (seed 000).
@@ -622,7 +660,7 @@ class ToolTaskDefinition(TaskDefinition):
             running,
             outcome.text,
             is_error=outcome.is_error,
-            control={"terminate": outcome.terminate, "handoff": outcome.handoff},
+            control=_control(outcome),
         )
 
     async def _result(
@@ -685,7 +723,7 @@ class ToolTaskDefinition(TaskDefinition):
             state,
             outcome.text,
             is_error=outcome.is_error,
-            control={"terminate": outcome.terminate, "handoff": outcome.handoff},
+            control=_control(outcome),
         )
 
     async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
@@ -726,16 +764,19 @@ class PostToolsDefinition(TaskDefinition):
                 steering = place(
                     tx, cid, ("write", "steer"), selection=self.services.queue_selection
                 )
+                offered_next = _ints_or_names(state.get("tools"))
+                for t in tools:  # active-tool additions from this exchange
+                    added = t.state.get("add_tools") if isinstance(t.state, dict) else None
+                    for name in added if isinstance(added, list) else []:
+                        if isinstance(name, str) and name not in offered_next:
+                            offered_next.append(name)
                 tx.create_task(
                     cid,
                     "generation",
                     foreground=True,
                     spawned_by=task.id,
                     state=generation_state(
-                        self.services,
-                        [*inputs, *steering],
-                        _ints_or_names(state.get("tools")),
-                        state,
+                        self.services, [*inputs, *steering], offered_next, state
                     ),
                 )
             tx.patch_task(task.id, status="done")

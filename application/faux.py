@@ -62,6 +62,7 @@ class FauxFailure:
     kind: Literal["retryable", "overflow", "fatal"]
     message: str = "injected failure"
     retry_after: float | None = None
+    usage: Usage | None = None  # what the failed attempt still cost
 
 
 ScriptItem: TypeAlias = (
@@ -151,7 +152,9 @@ class FauxProvider:
         self.requests.append(request)
         item = self._next(request)
         if isinstance(item, FauxFailure):
-            raise ProviderError(item.message, kind=item.kind, retry_after=item.retry_after)
+            raise ProviderError(
+                item.message, kind=item.kind, retry_after=item.retry_after, usage=item.usage
+            )
         if isinstance(item, FauxDeferred):
             handle = f"faux-deferred-{next(self._ids)}"
             self._pending[handle] = (item.polls, item.then, request)

@@ -495,7 +495,11 @@ class ConversationHandle:
             raise CommandRejectedError(
                 "this harness has no model provider: open it with Harness.open(provider=...)"
             )
-        offered = list(services.tools.names())
+        offered = (
+            list(services.active_tools)
+            if services.active_tools is not None
+            else list(services.tools.names())
+        )
         fingerprint = dumps({"mode": mode, "input": input}, what="input")
 
         def build(tx: Command) -> int:

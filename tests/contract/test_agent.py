@@ -448,3 +448,154 @@ async def test_initial_root_values_are_set_only_for_empty_storage(backend: Backe
     h = await backend.open(initial_values=[(model, "small")])  # existing storage: no effect
     assert await (await h.root()).get_value(model) == "large"
     await h.close()
+
+
+async def test_known_usage_is_committed_for_every_attempt(backend: Backend) -> None:
+    provider = FauxProvider(
+        [
+            FauxFailure("retryable", "overloaded", retry_after=0, usage=pico.Usage(10, 2)),
+            FauxResponse(text="ok"),
+        ]
+    )
+    h = await _open(backend, provider)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("hello"))
+    assert result is not None and result.status == "done"
+    (generation,) = (await h.tasks(kind="generation", limit=5)).items
+    usage = _get(generation.state, "usage")
+    assert isinstance(usage, dict) and usage["input"] == 10 + 2 and usage["output"] == 2 + 1
+    await h.close()
+
+
+async def test_tool_details_usage_progress_and_added_tools(backend: Backend) -> None:
+    async def enable(args: JsonObject, ctx: ToolContext) -> str:
+        await ctx.write("enabling grep\n")
+        ctx.set_details({"enabled": ["grep"]})
+        ctx.report_usage(pico.Usage(5, 1))
+        ctx.add_tools("grep")
+        return "done"
+
+    async def grep(args: JsonObject, ctx: ToolContext) -> str:
+        return "match"
+
+    provider = FauxProvider([FauxResponse(tool_calls=[("enable", {})]), "now I can grep"])
+    h = await backend.open(
+        provider=provider,
+        tools=[
+            pico.Tool("enable", "Enable tools", {"type": "object"}, enable),
+            pico.Tool("grep", "Search", {"type": "object"}, grep),
+        ],
+    )
+    assert h.services is not None
+    h.services.active_tools = ["enable"]
+    c = await h.root()
+    _, result = await _bounded(c.prompt("search"))
+    assert result is not None and result.status == "done"
+    assert [t.name for t in provider.requests[0].tools] == ["enable"]
+    assert [t.name for t in provider.requests[1].tools] == ["enable", "grep"]
+    tool = (await h.tasks(kind="tool", limit=1)).items[0]
+    assert _get(tool.state, "details") == {"enabled": ["grep"]}
+    assert _get(tool.state, "usage") == {"input": 5, "output": 1}
+    (entry,) = (await c.entries(kind="tool")).items
+    assert _get(entry.content, "content") == "enabling grep\ndone"
+    await h.close()
+
+
+@pytest.mark.parametrize("first", ["read", "grep"])
+async def test_parallel_tools_settling_in_either_order_continue_exactly_once(
+    backend: Backend, first: str
+) -> None:
+    gates = {"read": asyncio.Event(), "grep": asyncio.Event()}
+    started: list[str] = []
+
+    def gated(name: str) -> Any:
+        async def run(args: JsonObject, ctx: ToolContext) -> str:
+            started.append(name)
+            await gates[name].wait()
+            return f"{name} result"
+
+        return run
+
+    provider = FauxProvider(
+        [
+            FauxResponse(tool_calls=[("read", {"path": "a"}), ("grep", {"path": "b"})]),
+            "one continuation",
+        ]
+    )
+    h = await backend.open(
+        provider=provider,
+        tools=[
+            pico.Tool("read", "r", SCHEMA, gated("read")),
+            pico.Tool("grep", "g", SCHEMA, gated("grep")),
+        ],
+    )
+    c = await h.root()
+    input_id = await c.accept("both")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(100):
+        if len(started) == 2:
+            break
+        await asyncio.sleep(0)
+    assert sorted(started) == ["grep", "read"]  # both run in parallel
+    second = "grep" if first == "read" else "read"
+    gates[first].set()
+    for _ in range(30):
+        await asyncio.sleep(0)
+    assert [t.kind for t in (await h.tasks(kind="generation", limit=5)).items] == ["generation"]
+    gates[second].set()
+    assert await _bounded(drive) == "idle"
+    kinds = [t.kind for t in (await h.tasks(limit=20)).items]
+    assert kinds.count("post_tools") == 1 and kinds.count("generation") == 2
+    assert (await c.result(input_id)).status == "done"  # type: ignore[union-attr]
+    await h.close()
+
+
+async def test_abort_before_the_join_settles_it_without_a_successor(backend: Backend) -> None:
+    gate = asyncio.Event()
+
+    async def slow(args: JsonObject, ctx: ToolContext) -> str:
+        await gate.wait()
+        return "late"
+
+    provider = FauxProvider([FauxResponse(tool_calls=[("slow", {"path": "a"})]), "never"])
+    h = await backend.open(provider=provider, tools=[pico.Tool("slow", "s", SCHEMA, slow)])
+    c = await h.root()
+    input_id = await c.accept("go")
+    drive = asyncio.ensure_future(c.drive())
+    for _ in range(60):
+        await asyncio.sleep(0)
+    marked = await c.abort()  # selects the running tool and the join
+    kinds = {t.id: t.kind for t in (await h.tasks(limit=10)).items}
+    assert sorted(kinds[i] for i in marked) == ["post_tools", "tool"]
+    gate.set()
+    assert await _bounded(drive) == "idle"
+    tasks = (await h.tasks(limit=10)).items
+    assert [t.kind for t in tasks].count("generation") == 1  # no unmarked successor escaped
+    assert (await c.result(input_id)).status == "cancelled"  # type: ignore[union-attr]
+    await h.close()
+
+
+async def test_abort_after_the_join_selects_its_successor(backend: Backend) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider(
+        [FauxResponse(tool_calls=[("read", {"path": "a"})]), "a slow continuation"],
+        chunk_chars=2,
+        cadence=1.0,
+        clock=clock,
+    )
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    input_id = await c.accept("go")
+    drive = asyncio.ensure_future(c.drive())
+    while len([t for t in (await h.tasks(kind="generation", limit=5)).items]) < 2:
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+    marked = await c.abort()  # the join already settled: its successor is selected
+    generations = (await h.tasks(kind="generation", limit=5)).items
+    assert generations[1].id in marked
+    while not drive.done():
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+    assert (await h.task(generations[1].id)).status == "aborted"  # type: ignore[union-attr]
+    assert (await c.result(input_id)).status == "cancelled"  # type: ignore[union-attr]
+    await h.close()
