@@ -29,7 +29,7 @@ from pico.application.model import (
     ThinkingPart,
     Usage,
 )
-from pico.application.projection import Projection, project_context
+from pico.application.projection import Projection, ProjectionCache, project_context
 from pico.application.scheduler import Execution
 from pico.application.state import ConversationValue, SessionValue, working_list
 from pico.application.tasks import TaskDefinition
@@ -68,6 +68,7 @@ class AgentServices:
     retry_delay: float = 2.0
     clock: Clock = field(default_factory=SystemClock)
     projection: Projection = field(default_factory=Projection)
+    projection_cache: ProjectionCache = field(default_factory=ProjectionCache)
     queue_selection: str = "all"  # or "one": the oldest queued input of each mode
     hooks: Hooks = field(default_factory=Hooks)
     active_tools: list[str] | None = None  # offered at first; None offers every tool
@@ -199,7 +200,12 @@ class GenerationDefinition(TaskDefinition):
             model=str(state.get("model") or self.services.model),
             system=self.services.system,
             messages=tuple(
-                project_context(ctx.reads, task.conversation_id, self.services.projection)
+                project_context(
+                    ctx.reads,
+                    task.conversation_id,
+                    self.services.projection,
+                    cache=self.services.projection_cache,
+                )
             ),
             tools=self.services.tools.specs(str(t) for t in _ints_or_names(state.get("tools"))),
         )

@@ -8,6 +8,7 @@ messages are merged, because providers reject two user messages in a row (seed 0
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from pico.application.model import (
@@ -23,7 +24,7 @@ from pico.domain.errors import StorageCorruptError
 from pico.domain.json import JsonValue
 from pico.domain.values import Entry
 
-__all__ = ["KindProjection", "Projection", "project_context"]
+__all__ = ["KindProjection", "Projection", "ProjectionCache", "project_context"]
 
 KindProjection = Callable[[Entry], Message | None]
 
@@ -99,21 +100,22 @@ class Projection:
         ref = content.get("input") if isinstance(content, dict) else None
         return ref if isinstance(ref, int) else None
 
+    def one(self, entry: Entry, referenced: Mapping[int, Entry]) -> Message | None:
+        """One entry's contribution (None: nothing)."""
+        ref = self.placement_ref(entry)
+        if ref is not None:
+            source = referenced.get(ref)
+            if source is None:
+                raise StorageCorruptError(
+                    f"placement entry {entry.id} refers to missing admission entry {ref}"
+                )
+            entry = source
+        kind = self.kinds.get(entry.kind)
+        message = kind(entry) if kind is not None else None
+        return message if message is not None and message.parts else None
+
     def messages(self, entries: Sequence[Entry], referenced: Mapping[int, Entry]) -> list[Message]:
-        projected: list[Message] = []
-        for entry in entries:
-            ref = self.placement_ref(entry)
-            if ref is not None:
-                source = referenced.get(ref)
-                if source is None:
-                    raise StorageCorruptError(
-                        f"placement entry {entry.id} refers to missing admission entry {ref}"
-                    )
-                entry = source
-            kind = self.kinds.get(entry.kind)
-            message = kind(entry) if kind is not None else None
-            if message is not None and message.parts:
-                projected.append(message)
+        projected = [m for m in (self.one(e, referenced) for e in entries) if m is not None]
         return _merge_users(_normalize_results(projected))
 
 
@@ -156,21 +158,52 @@ def _merge_users(messages: list[Message]) -> list[Message]:
     return merged
 
 
+class ProjectionCache:
+    """Projected messages by entry id. Entries are immutable, so nothing is ever stale: a
+    request reads and decodes only entries it has not projected before (measured: without
+    it, per-turn cost grew with the conversation). Bounded, least recently used first."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._messages: OrderedDict[int, Message | None] = OrderedDict()
+
+    def __contains__(self, entry_id: int) -> bool:
+        return entry_id in self._messages
+
+    def get(self, entry_id: int) -> Message | None:
+        self._messages.move_to_end(entry_id)
+        return self._messages[entry_id]
+
+    def put(self, entry_id: int, message: Message | None) -> None:
+        self._messages[entry_id] = message
+        self._messages.move_to_end(entry_id)
+        while len(self._messages) > self.capacity:
+            self._messages.popitem(last=False)
+
+
 def project_context(
     reads: ReadPort,
     conversation_id: int,
     projection: Projection | None = None,
     *,
     as_of: int | None = None,
+    cache: ProjectionCache | None = None,
 ) -> list[Message]:
-    """The provider messages of a conversation's context: the context ids, their entries in
-    one batched read, then every referenced admission entry in one more."""
+    """The provider messages of a conversation's context: the context ids, the entries not
+    yet projected in one batched read, then their referenced admission entries in one more."""
     projection = projection or Projection()
     snapshot = reads.get_conversations([conversation_id], as_of).get(conversation_id)
     if snapshot is None:
         return []
-    found = reads.get_entries(snapshot.context)
-    entries = [found[i] for i in snapshot.context if i in found]
-    refs = [r for r in (projection.placement_ref(e) for e in entries) if r is not None]
-    referenced = reads.get_entries(refs) if refs else {}
-    return projection.messages(entries, referenced)
+    if cache is None or cache.capacity < len(snapshot.context):
+        cache = ProjectionCache(capacity=len(snapshot.context) + 1)
+    missing = [i for i in snapshot.context if i not in cache]
+    if missing:
+        found = reads.get_entries(missing)
+        entries = [found[i] for i in missing if i in found]
+        refs = [r for r in (projection.placement_ref(e) for e in entries) if r is not None]
+        referenced = reads.get_entries(refs) if refs else {}
+        for entry in entries:
+            cache.put(entry.id, projection.one(entry, referenced))
+    projected = [m for m in (cache.get(i) for i in snapshot.context if i in cache) if m is not None]
+    return _merge_users(_normalize_results(projected))

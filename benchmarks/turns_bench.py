@@ -1,0 +1,101 @@
+"""The seed's reference workload (§10.3; issue: agent turns): N faux turns with two tools
+per turn in ONE conversation, durable on SQLite. Reports wall and CPU time, peak RSS,
+database bytes, and the cost of the last 100 turns against the first 100.
+
+    python -m benchmarks.turns_bench                  # 2,000 turns
+    python -m benchmarks.turns_bench --turns 300      # quick
+
+Prints Markdown (also benchmarks/results/turns.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pico
+from pico import FauxProvider, FauxResponse, ToolContext
+from pico.domain.json import JsonObject
+
+SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+}
+
+
+def _script(turns: int) -> list[Any]:
+    script: list[Any] = []
+    for i in range(turns):
+        script.append(
+            FauxResponse(
+                text=f"Turn {i}: let me look.",
+                tool_calls=[("read", {"path": f"f{i}.py"}), ("grep", {"path": f"g{i}"})],
+            )
+        )
+        script.append(f"Turn {i}: both files agree; the answer is {i}.")
+    return script
+
+
+async def run(url: str, turns: int, chunk_chars: int) -> tuple[list[float], float, float]:
+    async def read(args: JsonObject, ctx: ToolContext) -> str:
+        return f"contents of {args['path']}"
+
+    async def grep(args: JsonObject, ctx: ToolContext) -> str:
+        return f"1 match for {args['path']}"
+
+    provider = FauxProvider(_script(turns), chunk_chars=chunk_chars)
+    tools = [pico.Tool("read", "Read", SCHEMA, read), pico.Tool("grep", "Grep", SCHEMA, grep)]
+    h = await pico.Harness.open(url, session="turns", provider=provider, tools=tools)
+    c = await h.root()
+    per_turn: list[float] = []
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for i in range(turns):
+        t0 = time.perf_counter()
+        _, result = await c.prompt(f"question {i}")
+        per_turn.append(time.perf_counter() - t0)
+        assert result is not None and result.status == "done", result
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    assert len(provider.requests) == 2 * turns
+    await h.close()
+    return per_turn, wall, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=2000)
+    ap.add_argument("--chunk-chars", type=int, default=16)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="pico-turns-"))
+    db = tmp / "turns.db"
+    per_turn, wall, cpu = asyncio.run(run(f"sqlite:///{db}", args.turns, args.chunk_chars))
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    size = sum(p.stat().st_size for p in tmp.iterdir()) / 2**20
+    first = statistics.mean(per_turn[:100]) * 1000
+    last = statistics.mean(per_turn[-100:]) * 1000
+    report = "\n".join(
+        [
+            f"{args.turns:,} faux turns, two tools per turn, one conversation, SQLite "
+            f"(process durability), text streamed in {args.chunk_chars}-character frames",
+            "",
+            "| wall s | CPU s | peak RSS MiB | database + WAL MiB | first 100 turns ms/turn | "
+            "last 100 turns ms/turn | last/first |",
+            "|---|---|---|---|---|---|---|",
+            f"| {wall:.1f} | {cpu:.1f} | {peak_mib:.0f} | {size:.1f} | {first:.2f} | "
+            f"{last:.2f} | {last / first:.2f} |",
+        ]
+    )
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "turns.md").write_text(report + "\n")
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
