@@ -426,13 +426,29 @@ class GenerationDefinition(TaskDefinition):
         await ctx.command(cancel)
 
 
+#: Streamed text is written to the working scope in frames of about this many characters:
+#: one working commit per frame, not per token (a bounded buffer, drained before settling).
+FRAME_CHARS = 512
+
+
 async def _stream(
     provider: ModelProvider, request: Request, ctx: Execution, frames: Any
 ) -> Response | Deferred | None:
     """Consume one provider stream, writing frames to the working scope; each step races
-    the execution's stop signal, so an abort stops streaming at once (None)."""
+    the execution's stop signal, so an abort stops streaming at once (None). Frames are
+    buffered up to ``FRAME_CHARS`` and flushed (awaited) before anything settles."""
     events = provider.stream(request).__aiter__()
     stop = asyncio.ensure_future(ctx.signal.wait())
+    buffer: list[str] = []
+    buffered = 0
+
+    async def flush() -> None:
+        nonlocal buffered
+        if buffer:
+            await ctx.working(_append_frame(frames, "".join(buffer)))
+            buffer.clear()
+            buffered = 0
+
     try:
         while True:
             step = asyncio.ensure_future(events.__anext__())
@@ -448,8 +464,12 @@ async def _stream(
                     "the stream ended without a response", kind="retryable"
                 ) from None
             if isinstance(event, TextDelta):
-                await ctx.working(_append_frame(frames, event.text))
+                buffer.append(event.text)
+                buffered += len(event.text)
+                if buffered >= FRAME_CHARS:
+                    await flush()
             elif isinstance(event, Done):
+                await flush()
                 return event.outcome
     finally:
         stop.cancel()

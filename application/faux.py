@@ -118,6 +118,17 @@ class FauxProvider:
         self.polls = []
         self._pending = {}
         self._ids = itertools.count(1)
+        # Sizes by message object: projection reuses message objects across requests, so
+        # the usage estimate stays O(new messages) per request.
+        self._sizes: dict[int, tuple[Message, int]] = {}
+
+    def _size(self, message: Message) -> int:
+        known = self._sizes.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        size = _chars(message.parts)
+        self._sizes[id(message)] = (message, size)
+        return size
 
     def _next(self, request: Request) -> FauxResponse | FauxDeferred | FauxFailure:
         if not self.script:
@@ -144,7 +155,7 @@ class FauxProvider:
         stop = scripted.stop_reason or ("tool_use" if scripted.tool_calls else "end_turn")
         usage = None
         if scripted.report_usage:
-            prompt = sum(_chars(m.parts) for m in request.messages) + len(request.system)
+            prompt = sum(self._size(m) for m in request.messages) + len(request.system)
             usage = Usage(estimate_tokens(prompt), estimate_tokens(_chars(parts)))
         return Response(Message("assistant", tuple(parts)), stop, usage)
 

@@ -227,8 +227,8 @@ class CommandLine:
             self._remember(conv)
         for task in tx.touched_tasks.values():
             self._remember_task(task)
-        if self.on_commit is not None:
-            self.on_commit()
+        if self.on_commit is not None and (tx.touched_tasks or tx.session_ops):
+            self.on_commit()  # only task changes can change what a drive may run
 
     def _reload_session(self) -> None:
         loaded = self.storage.load(session_uuid(self.session_id))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from pico.application.model import (
     Message,
@@ -158,14 +159,28 @@ def _merge_users(messages: list[Message]) -> list[Message]:
     return merged
 
 
-class ProjectionCache:
-    """Projected messages by entry id. Entries are immutable, so nothing is ever stale: a
-    request reads and decodes only entries it has not projected before (measured: without
-    it, per-turn cost grew with the conversation). Bounded, least recently used first."""
+@dataclass
+class _Incremental:
+    """A conversation's projection so far. Appends never change messages before the last
+    assistant message (runs and merges stop at it), so only the window from there on is
+    re-normalized when entries arrive."""
 
-    def __init__(self, capacity: int = 100_000) -> None:
+    revision: int
+    last_position: int | None
+    stable: list[Message] = field(default_factory=list)
+    window: list[Message] = field(default_factory=list)
+
+
+class ProjectionCache:
+    """Projected messages by entry id (entries are immutable: nothing is ever stale) and,
+    per conversation, the incremental projection of its current context. Bounded, least
+    recently used first. Measured: without it, per-turn cost grew with the conversation."""
+
+    def __init__(self, capacity: int = 100_000, conversations: int = 64) -> None:
         self.capacity = capacity
         self._messages: OrderedDict[int, Message | None] = OrderedDict()
+        self._conversations: OrderedDict[int, _Incremental] = OrderedDict()
+        self._conversation_capacity = conversations
 
     def __contains__(self, entry_id: int) -> bool:
         return entry_id in self._messages
@@ -180,6 +195,33 @@ class ProjectionCache:
         while len(self._messages) > self.capacity:
             self._messages.popitem(last=False)
 
+    def state(self, conversation_id: int) -> _Incremental | None:
+        found = self._conversations.get(conversation_id)
+        if found is not None:
+            self._conversations.move_to_end(conversation_id)
+        return found
+
+    def keep(self, conversation_id: int, state: _Incremental) -> None:
+        self._conversations[conversation_id] = state
+        self._conversations.move_to_end(conversation_id)
+        while len(self._conversations) > self._conversation_capacity:
+            self._conversations.popitem(last=False)
+
+
+def _project_entries(
+    reads: ReadPort, ids: Sequence[int], projection: Projection, cache: ProjectionCache
+) -> list[Message]:
+    """Per-entry messages for ``ids``: read and decode only the ones not cached."""
+    missing = [i for i in ids if i not in cache]
+    if missing:
+        found = reads.get_entries(missing)
+        entries = [found[i] for i in missing if i in found]
+        refs = [r for r in (projection.placement_ref(e) for e in entries) if r is not None]
+        referenced = reads.get_entries(refs) if refs else {}
+        for entry in entries:
+            cache.put(entry.id, projection.one(entry, referenced))
+    return [m for m in (cache.get(i) for i in ids if i in cache) if m is not None]
+
 
 def project_context(
     reads: ReadPort,
@@ -189,21 +231,37 @@ def project_context(
     as_of: int | None = None,
     cache: ProjectionCache | None = None,
 ) -> list[Message]:
-    """The provider messages of a conversation's context: the context ids, the entries not
-    yet projected in one batched read, then their referenced admission entries in one more."""
+    """The provider messages of a conversation's context (§2.2).
+
+    With a cache and no ``as_of``, only context elements appended since the last request are
+    read, and only messages after the last assistant message are re-normalized: per-turn
+    cost does not grow with the conversation."""
     projection = projection or Projection()
-    snapshot = reads.get_conversations([conversation_id], as_of).get(conversation_id)
-    if snapshot is None:
+    if as_of is not None or cache is None:
+        snapshot = reads.get_conversations([conversation_id], as_of).get(conversation_id)
+        if snapshot is None:
+            return []
+        local = ProjectionCache(capacity=len(snapshot.context) + 1)
+        return _merge_users(
+            _normalize_results(_project_entries(reads, snapshot.context, projection, local))
+        )
+    state = cache.state(conversation_id)
+    tail = reads.context_tail(conversation_id, state.last_position if state else None)
+    if tail is None:
         return []
-    if cache is None or cache.capacity < len(snapshot.context):
-        cache = ProjectionCache(capacity=len(snapshot.context) + 1)
-    missing = [i for i in snapshot.context if i not in cache]
-    if missing:
-        found = reads.get_entries(missing)
-        entries = [found[i] for i in missing if i in found]
-        refs = [r for r in (projection.placement_ref(e) for e in entries) if r is not None]
-        referenced = reads.get_entries(refs) if refs else {}
-        for entry in entries:
-            cache.put(entry.id, projection.one(entry, referenced))
-    projected = [m for m in (cache.get(i) for i in snapshot.context if i in cache) if m is not None]
-    return _merge_users(_normalize_results(projected))
+    revision, elements = tail
+    if state is None or state.revision != revision:  # a replacement or reset: start over
+        if state is not None:
+            full = reads.context_tail(conversation_id, None)
+            assert full is not None
+            revision, elements = full
+        state = _Incremental(revision, None)
+    if elements:
+        state.window.extend(_project_entries(reads, [e for _, e in elements], projection, cache))
+        state.last_position = elements[-1][0]
+        last = max((k for k, m in enumerate(state.window) if m.role == "assistant"), default=0)
+        if last > 0:  # everything before the last assistant message is final
+            state.stable.extend(_merge_users(_normalize_results(state.window[:last])))
+            state.window = state.window[last:]
+    cache.keep(conversation_id, state)
+    return state.stable + _merge_users(_normalize_results(state.window))

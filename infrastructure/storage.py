@@ -67,6 +67,7 @@ class EventSourcedStorage:
         self.mapper = make_mapper()
         self.recorder = events
         self._recorders = (events, snapshots)
+        self._read_store = read_store
         self.events: EventStore[UUID] = EventStore(self.mapper, events)
         self.snapshots: EventStore[UUID] = EventStore(self.mapper, snapshots)
         self.repository: Repository[UUID] = Repository(self.events, snapshot_store=self.snapshots)
@@ -166,6 +167,9 @@ class EventSourcedStorage:
             yield batch
 
     def close(self) -> None:
+        closer = getattr(self._read_store, "close", None)
+        if closer is not None:
+            closer()
         for rec in self._recorders:
             closer = getattr(rec, "close", None)
             if closer is not None:

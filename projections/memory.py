@@ -268,6 +268,16 @@ class MemoryReadStore:
     def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]:
         return {i: self._convs[i] for i in ids if i in self._convs}
 
+    def context_tail(
+        self, conversation_id: int, after_position: int | None
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        row = self._convs.get(conversation_id)
+        if row is None:
+            return None
+        context = self._context.get(conversation_id, [])
+        start = 0 if after_position is None else after_position + 1
+        return row.prefix_revision, [(i, context[i]) for i in range(start, len(context))]
+
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
         return {i: tuple(self._context[i]) for i in ids if i in self._context}
 

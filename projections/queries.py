@@ -95,6 +95,9 @@ class ReadStore(Protocol):
     def is_main_boundary(self, position: int) -> bool: ...
     def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]: ...
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]: ...
+    def context_tail(
+        self, conversation_id: int, after_position: int | None
+    ) -> tuple[int, list[tuple[int, int]]] | None: ...
     def scan_conversation_rows(
         self,
         *,
@@ -301,6 +304,14 @@ class Queries:
             return Page(items, head, rows[-1].id if more and rows else None)
 
     # -- context
+    def context_tail(
+        self, conversation_id: int, after_position: int | None = None
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        """(prefix revision, [(position, entry id), ...] after ``after_position``) of the
+        current context, in one snapshot; positions only grow between prefix revisions."""
+        with self.store.read():
+            return self.store.context_tail(conversation_id, after_position)
+
     def context_as_of(self, conversation_id: int, position: int) -> tuple[int, ...]:
         with self.store.read():
             return tuple(self._context_as_of(conversation_id, position))

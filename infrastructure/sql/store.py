@@ -604,6 +604,8 @@ class SqlReadStore:
         self.sid = session_id
         self._local = threading.local()
         self._pg = db.dialect == "postgresql"
+        self._lock = threading.Lock()
+        self._fairies: list[Any] = []
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -611,13 +613,41 @@ class SqlReadStore:
         if cur is not None:  # nested logical read: same snapshot
             yield
             return
-        with self.db.reader.connect() as conn, conn.begin():
-            self._local.cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        # One held DBAPI connection per thread and an explicit read transaction: a pooled
+        # SQLAlchemy checkout plus its BEGIN events cost more than most of these queries.
+        fairy: Any = getattr(self._local, "fairy", None)
+        if fairy is None:
+            fairy = self.db.reader.raw_connection()
+            self._local.fairy = fairy
+            with self._lock:
+                self._fairies.append(fairy)
+            if self._pg:
+                fairy.driver_connection.isolation_level = 3  # REPEATABLE READ: one snapshot
+        conn: Any = fairy.driver_connection
+        cur = conn.cursor()
+        try:
+            if not self._pg:
+                cur.execute("BEGIN")  # deferred: a WAL snapshot from the first read
+            self._local.cur = cur
+            yield
+        finally:
+            self._local.cur = None
             try:
-                yield
+                if self._pg:
+                    conn.rollback()
+                elif conn.in_transaction:
+                    cur.execute("ROLLBACK")
             finally:
-                self._local.cur.close()
-                self._local.cur = None
+                cur.close()
+
+    def close(self) -> None:
+        with self._lock:
+            fairies, self._fairies = self._fairies, []
+        for fairy in fairies:
+            try:
+                fairy.close()
+            except Exception:
+                fairy.invalidate()
 
     def _rows(self, statement: str, params: Sequence[Any]) -> list[Any]:
         cur: Any = getattr(self._local, "cur", None)
@@ -669,6 +699,30 @@ class SqlReadStore:
             for r in rows:
                 out[r[0]] = self._conv(r)
         return out
+
+    def context_tail(
+        self, conversation_id: int, after_position: int | None
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        row = self._one(
+            "SELECT prefix_revision FROM pico_conversations WHERE session_id = ? AND id = ?",
+            (self.sid, conversation_id),
+        )
+        if row is None:
+            return None
+        if after_position is None:
+            rows = self._rows(
+                "SELECT position, entry_id FROM pico_context_elements WHERE "
+                "session_id = ? AND conversation_id = ? ORDER BY position",
+                (self.sid, conversation_id),
+            )
+        else:
+            rows = self._rows(
+                "SELECT position, entry_id FROM pico_context_elements WHERE "
+                "session_id = ? AND conversation_id = ? AND position > ? "
+                "ORDER BY position",
+                (self.sid, conversation_id, after_position),
+            )
+        return int(row[0]), [(int(p), int(e)) for p, e in rows]
 
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
         out: dict[int, list[int]] = {i: [] for i in ids}
