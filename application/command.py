@@ -584,8 +584,7 @@ class Command:
             if created is not None:
                 owner = created.owner_task_id
             else:
-                snap = self._reads.get_conversations([conv]).get(conv)
-                owner = None if snap is None else snap.owner_task_id
+                owner = self._reads.owners([conv]).get(conv)
             if owner is None:
                 return conv
             conv = self._task_facts([owner]).get(owner, (conv, []))[0]
@@ -594,6 +593,8 @@ class Command:
     def _check_dependencies(
         self, task_id: int | None, conversation_id: int, after: Sequence[int]
     ) -> None:
+        if not after:
+            return
         facts = self._task_facts(list(after))
         for dep in after:
             if dep not in facts:

@@ -105,6 +105,7 @@ class FauxProvider:
         chunk_chars: int = 8,
         cadence: float = 0.0,
         clock: Clock | None = None,
+        keep_requests: bool = True,
     ) -> None:
         if chunk_chars < 1:
             raise ValueError("chunk_chars must be at least 1")
@@ -115,12 +116,30 @@ class FauxProvider:
         self.cadence = cadence
         self.clock = clock
         self.requests = []
+        self.keep_requests = keep_requests  # False for long benchmarks: bookkeeping only
+        self.request_count = 0
         self.polls = []
         self._pending = {}
         self._ids = itertools.count(1)
         # Sizes by message object: projection reuses message objects across requests, so
         # the usage estimate stays O(new messages) per request.
         self._sizes: dict[int, tuple[Message, int]] = {}
+        self._prev: tuple[tuple[Message, ...], list[int]] = ((), [0])
+
+    def _prompt_chars(self, request: Request) -> int:
+        """Characters of the request's messages. Consecutive requests share a prefix of the
+        same message objects, so only messages after it are measured again."""
+        messages = request.messages
+        prev, cumulative = self._prev
+        shared = 0
+        limit = min(len(prev), len(messages))
+        while shared < limit and messages[shared] is prev[shared]:
+            shared += 1
+        sums = cumulative[: shared + 1] if cumulative else [0]
+        for message in messages[shared:]:
+            sums.append(sums[-1] + self._size(message))
+        self._prev = (messages, sums)
+        return sums[-1]
 
     def _size(self, message: Message) -> int:
         known = self._sizes.get(id(message))
@@ -155,12 +174,14 @@ class FauxProvider:
         stop = scripted.stop_reason or ("tool_use" if scripted.tool_calls else "end_turn")
         usage = None
         if scripted.report_usage:
-            prompt = sum(self._size(m) for m in request.messages) + len(request.system)
+            prompt = self._prompt_chars(request) + len(request.system)
             usage = Usage(estimate_tokens(prompt), estimate_tokens(_chars(parts)))
         return Response(Message("assistant", tuple(parts)), stop, usage)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
+        self.request_count += 1
+        if self.keep_requests:
+            self.requests.append(request)
         item = self._next(request)
         if isinstance(item, FauxFailure):
             raise ProviderError(

@@ -210,8 +210,7 @@ class Scheduler:
             if conv == root:
                 result = True
                 break
-            snap = self.line.storage.reads.get_conversations([conv]).get(conv)
-            owner = None if snap is None else snap.owner_task_id
+            owner = self.line.storage.reads.owners([conv]).get(conv)
             if owner is None:
                 break
             task = self.line.storage.tasks.get_tasks([owner]).get(owner)

@@ -50,7 +50,8 @@ async def run(url: str, turns: int, chunk_chars: int) -> tuple[list[float], floa
     async def grep(args: JsonObject, ctx: ToolContext) -> str:
         return f"1 match for {args['path']}"
 
-    provider = FauxProvider(_script(turns), chunk_chars=chunk_chars)
+    # The provider's request log is test bookkeeping, not harness memory: not kept here.
+    provider = FauxProvider(_script(turns), chunk_chars=chunk_chars, keep_requests=False)
     tools = [pico.Tool("read", "Read", SCHEMA, read), pico.Tool("grep", "Grep", SCHEMA, grep)]
     h = await pico.Harness.open(url, session="turns", provider=provider, tools=tools)
     c = await h.root()
@@ -62,7 +63,7 @@ async def run(url: str, turns: int, chunk_chars: int) -> tuple[list[float], floa
         per_turn.append(time.perf_counter() - t0)
         assert result is not None and result.status == "done", result
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    assert len(provider.requests) == 2 * turns
+    assert provider.request_count == 2 * turns
     await h.close()
     return per_turn, wall, cpu
 

@@ -227,6 +227,12 @@ class Queries:
     def _lineage(self, conversation_id: int) -> list[tuple[int, int]]:
         return transcript_lineage(self.store.conversation_chain(conversation_id), conversation_id)
 
+    def owners(self, ids: Sequence[int]) -> dict[int, int | None]:
+        """Owner task of each conversation: one point read each, never the context."""
+        with self.store.read():
+            rows = self.store.conversation_rows(list(ids))
+        return {i: r.owner_task_id for i, r in rows.items()}
+
     def get_conversations(
         self, ids: Sequence[int], as_of: int | None = None
     ) -> dict[int, ConversationSnapshot]:
