@@ -33,6 +33,7 @@ class World:
     addresses: dict[str, Any] = field(default_factory=dict)
     work: Scripted = field(default_factory=lambda: _scripted())
     outcome: str | None = None
+    agent: Any = None  # the agent steps' model, clock and tools
 
     def run(self, coro: Any) -> Any:
         return self.runner.run(coro)
@@ -616,3 +617,176 @@ def has_answer(world: World, name: str) -> None:
     task = world.run(world.h.task(world.id(name)))
     assert task is not None and isinstance(task.state, dict)
     assert task.state["result"] == "the subagent's answer"
+
+
+# ------------------------------------------------------------------ agent turns (§8)
+# The model is the faux provider; its text streams one chunk per second of a fake clock and
+# tools take five seconds, so "while it works" is a deterministic state, not a race.
+
+
+@dataclass
+class Agent:
+    provider: pico.FauxProvider
+    clock: pico.FakeClock
+    invoked: list[str] = field(default_factory=list)
+    driving: Any = None
+
+
+def _agent(world: World) -> Agent:
+    agent = getattr(world, "agent", None)
+    assert isinstance(agent, Agent), "the scenario has no agent session"
+    return agent
+
+
+def _agent_tools(agent: Agent) -> list[pico.Tool]:
+    schema: pico.JsonObject = {"type": "object"}
+
+    def make(name: str) -> Any:
+        async def run(args: pico.JsonObject, ctx: pico.ToolContext) -> str:
+            agent.invoked.append(name)
+            await agent.clock.sleep_until(agent.clock.now() + 5)
+            return f"{name} done"
+
+        return run
+
+    return [pico.Tool(n, n, schema, make(n)) for n in ("read", "grep")]
+
+
+@given(parsers.parse('an agent session with conversation "{name}"'), target_fixture="world")
+def an_agent_session(world: World, name: str) -> World:
+    clock = pico.FakeClock()
+    agent = Agent(pico.FauxProvider([], chunk_chars=4, cadence=1.0, clock=clock), clock)
+    world.agent = agent
+    world.harness = world.run(
+        world.backend.open(provider=agent.provider, tools=_agent_tools(agent), clock=clock)
+    )
+    world.names[name] = world.run(world.h.root()).id
+    return world
+
+
+@given(parsers.parse('the model will answer "{text}"'))
+def model_answers(world: World, text: str) -> None:
+    _agent(world).provider.script.append(text)
+
+
+@given(parsers.parse('the model will call the tools "{names}"'))
+def model_calls(world: World, names: str) -> None:
+    calls: list[tuple[str, pico.JsonObject]] = [(n, {}) for n in _names(names)]
+    _agent(world).provider.script.append(pico.FauxResponse(tool_calls=calls))
+
+
+@given(
+    parsers.parse("the model will be overloaded once, asking to retry after {seconds:d} seconds")
+)
+def model_overloaded(world: World, seconds: int) -> None:
+    _agent(world).provider.script.append(
+        pico.FauxFailure("retryable", "overloaded", retry_after=float(seconds))
+    )
+
+
+@given(parsers.parse('the model will answer "{text}" later, after {polls:d} poll'))
+def model_defers(world: World, text: str, polls: int) -> None:
+    _agent(world).provider.script.append(pico.FauxDeferred(polls=polls, then=text))
+
+
+_ADMIT = {
+    "asks": "accept",
+    "steers with": "steer",
+    "follows up with": "follow_up",
+    "leaves for the next run": "next_run",
+    "adds the message": "append_message",
+}
+
+
+@when(
+    parsers.re(
+        r"the user (?P<how>asks|steers with|follows up with|leaves for the next run|"
+        r'adds the message) "(?P<text>[^"]+)" in "(?P<conv>[^"]+)"$'
+    )
+)
+def user_input(world: World, how: str, text: str, conv: str) -> None:
+    handle = world.conv(conv)
+    method = getattr(handle, _ADMIT[how])
+    world.names[text] = world.run(method(text))
+
+
+@when(parsers.parse('"{conv}" starts working'))
+def starts_working(world: World, conv: str) -> None:
+    agent = _agent(world)
+
+    async def start() -> None:
+        agent.driving = asyncio.ensure_future(world.conv(conv).drive())
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    world.run(start())
+
+
+async def _finish(agent: Agent) -> str:
+    while not agent.driving.done():
+        agent.clock.advance(1.0)
+        await asyncio.sleep(0)
+    return str(agent.driving.result())
+
+
+@when(parsers.parse('"{conv}" finishes its work'))
+def finishes(world: World, conv: str) -> None:
+    world.outcome = world.run(asyncio.wait_for(_finish(_agent(world)), 10))
+
+
+@when(parsers.parse('"{conv}" works until it settles'))
+def works_until_settled(world: World, conv: str) -> None:
+    starts_working(world, conv)
+    finishes(world, conv)
+
+
+@when(parsers.parse('"{conv}" works until it settles with permission "{permit}"'))
+def works_with_permit(world: World, conv: str, permit: str) -> None:
+    agent = _agent(world)
+
+    async def run() -> str:
+        agent.driving = asyncio.ensure_future(world.conv(conv).drive(permits=[permit]))
+        return await _finish(agent)
+
+    world.outcome = world.run(asyncio.wait_for(run(), 10))
+
+
+@then(parsers.parse('the answer to "{question}" is "{text}"'))
+def answer_is(world: World, question: str, text: str) -> None:
+    conv = pico.ConversationHandle(world.h, world.run(world.h.root()).id)
+    result = world.run(conv.result(world.id(question)))
+    assert result is not None and result.status == "done", result
+    entry = world.run(world.h.entry(result.entry_id))
+    assert entry is not None and isinstance(entry.content, dict)
+    assert entry.content["text"] == text
+
+
+@then(parsers.parse('"{question}" is {status}'))
+def input_status(world: World, question: str, status: str) -> None:
+    conv = pico.ConversationHandle(world.h, world.run(world.h.root()).id)
+    result = world.run(conv.result(world.id(question)))
+    assert result is not None and result.status == status, result
+
+
+@then(parsers.parse('"{first}" and "{second}" share one answer'))
+def share_answer(world: World, first: str, second: str) -> None:
+    conv = pico.ConversationHandle(world.h, world.run(world.h.root()).id)
+    a, b = (world.run(conv.result(world.id(n))) for n in (first, second))
+    assert a is not None and b is not None and a.status == b.status == "done"
+    assert a.entry_id == b.entry_id
+
+
+@then(parsers.parse('the tools "{names}" ran'))
+def tools_ran(world: World, names: str) -> None:
+    assert sorted(_agent(world).invoked) == sorted(_names(names))
+
+
+@then(parsers.parse('the transcript of "{conv}" has the kinds "{kinds}"'))
+def transcript_kinds(world: World, conv: str, kinds: str) -> None:
+    page = world.run(world.conv(conv).entries(limit=1000))
+    assert [e.kind for e in page.items] == _names(kinds)
+
+
+@then(parsers.parse("the model was asked {count:d} times"))
+def model_asked(world: World, count: int) -> None:
+    assert _agent(world).provider.request_count == count
