@@ -761,7 +761,11 @@ def answer_is(world: World, question: str, text: str) -> None:
     assert entry.content["text"] == text
 
 
-@then(parsers.parse('"{question}" is {status}'))
+@then(
+    parsers.re(
+        r'"(?P<question>[^"]+)" is (?P<status>queued|running|done|placed|cancelled|failed|stopped)$'
+    )
+)
 def input_status(world: World, question: str, status: str) -> None:
     conv = pico.ConversationHandle(world.h, world.run(world.h.root()).id)
     result = world.run(conv.result(world.id(question)))
