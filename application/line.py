@@ -162,9 +162,11 @@ class CommandLine:
             self.check_usable(write=True)
             tx = Command(self, working=working)
             try:
-                result = build(WorkingCommand(tx) if working is not None else tx)
-                if inspect.isawaitable(result):
-                    result = await result
+                # Every read of the builder sees one committed snapshot (§7.3).
+                with self.storage.snapshot():
+                    result = build(WorkingCommand(tx) if working is not None else tx)
+                    if inspect.isawaitable(result):
+                        result = await result
             except BaseException:
                 self._discard(tx)
                 raise

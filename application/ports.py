@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -143,6 +144,10 @@ class Storage(Protocol):
     reads: ReadPort
     state: StatePort
     tasks: TaskPort
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """One committed snapshot for every read inside (nested reads join it)."""
+        ...
 
     def load(self, aggregate_id: UUID) -> Aggregate | None: ...
     def save(

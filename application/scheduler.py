@@ -231,10 +231,14 @@ class Scheduler:
                 raise self.error
             self.line.check_usable()
             changed = self._subscribe()
-            live = self.live_tasks(conversation_id)
+            with self.line.storage.snapshot():  # one snapshot for the whole pass
+                live = self.live_tasks(conversation_id)
+                deps = self._dependencies(live)
+                owners_live = {
+                    t.id for t in live if t.abort_requested and self._owns_live_work(t, live)
+                }
             now = self.clock.now()
             next_timer: float | None = None
-            deps = self._dependencies(live)
             # Signal every affected execution before joining any (§6.5).
             for task in live:
                 claim = self.executing.get(task.id)
@@ -262,7 +266,7 @@ class Scheduler:
                     self._reconcile(task, installed)
                     continue
                 if task.abort_requested:
-                    if self._owns_live_work(task, live):
+                    if task.id in owners_live:
                         continue  # a marked owner settles after its child work (§6.5)
                     self._launch(task, "abort")
                 elif task.role == "ready":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -78,6 +79,9 @@ class EventSourcedStorage:
         self.task_queries = TaskQueries(read_store)
         self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        return self._read_store.read()
 
     def load(self, aggregate_id: UUID) -> Aggregate | None:
         try:

@@ -63,11 +63,16 @@ class SqlDatabase:
             sync = "FULL" if durability == "fsync" else "NORMAL"
             self.writer = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
             self.reader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
+            # Event-stream loads get their own connection: a command's read snapshot may be
+            # open on the reader's (one per thread) while it loads an aggregate.
+            self.loader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
             _sqlite_pragmas(self.writer, sync, begin="BEGIN IMMEDIATE")
             _sqlite_pragmas(self.reader, sync, begin="BEGIN")
+            _sqlite_pragmas(self.loader, sync, begin="BEGIN")
         else:
             self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
             self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
+            self.loader = self.reader
         try:
             with self.writer.begin() as conn:
                 if self.dialect == "postgresql":
@@ -88,8 +93,9 @@ class SqlDatabase:
 
     def close(self) -> None:
         self.writer.dispose()
-        if self.reader is not self.writer:
-            self.reader.dispose()
+        for engine in {self.reader, self.loader}:
+            if engine is not self.writer:
+                engine.dispose()
 
 
 class RawWriter:
@@ -228,7 +234,7 @@ class SqlRecorder(AggregateRecorder):
         q = q.order_by(c.originator_version.desc() if desc else c.originator_version)
         if limit is not None:
             q = q.limit(limit)
-        with self.db.reader.connect() as conn:
+        with self.db.loader.connect() as conn:
             return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
 
     def select_session_events(
@@ -241,7 +247,7 @@ class SqlRecorder(AggregateRecorder):
             .order_by(c.id)
             .limit(limit)
         )
-        with self.db.reader.connect() as conn:
+        with self.db.loader.connect() as conn:
             return [
                 (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
             ]

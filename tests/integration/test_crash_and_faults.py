@@ -34,6 +34,9 @@ class FaultyStorage:
         self.tasks = inner.tasks
         self.fail: str | None = None
 
+    def snapshot(self) -> Any:
+        return self.inner.snapshot()
+
     def load(self, aggregate_id: Any) -> Aggregate | None:
         result: Aggregate | None = self.inner.load(aggregate_id)
         return result
