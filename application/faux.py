@@ -131,11 +131,18 @@ class FauxProvider:
         same message objects, so only messages after it are measured again."""
         messages = request.messages
         prev, cumulative = self._prev
-        shared = 0
         limit = min(len(prev), len(messages))
-        while shared < limit and messages[shared] is prev[shared]:
-            shared += 1
-        sums = cumulative[: shared + 1] if cumulative else [0]
+        # Binary search: projection keeps a stable prefix of the same objects, then new ones.
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if messages[mid - 1] is prev[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        shared = lo
+        sums = cumulative  # truncated in place: O(new messages), not O(context)
+        del sums[shared + 1 :]
         for message in messages[shared:]:
             sums.append(sums[-1] + self._size(message))
         self._prev = (messages, sums)

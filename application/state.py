@@ -49,6 +49,20 @@ __all__ = [
 T = TypeVar("T")
 
 
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter_for(type_: Any) -> TypeAdapter[Any]:
+    """TypeAdapters are costly to build (~0.1 ms): share one per hashable type."""
+    try:
+        found = _ADAPTERS.get(type_)
+    except TypeError:  # an unhashable type expression: build one each time
+        return TypeAdapter(type_)
+    if found is None:
+        found = _ADAPTERS[type_] = TypeAdapter(type_)
+    return found
+
+
 @dataclass(frozen=True, kw_only=True)
 class Address(Generic[T]):
     namespace: str
@@ -63,7 +77,7 @@ class Address(Generic[T]):
         if self.key is not None and (not isinstance(self.key, str) or self.key == ""):
             raise CommandRejectedError("an address key must be a non-empty string or None")
         check_namespace(self.namespace, core=True)
-        object.__setattr__(self, "_adapter", TypeAdapter(self.type_))
+        object.__setattr__(self, "_adapter", _adapter_for(self.type_))
 
     @property
     def rewind(self) -> bool:
