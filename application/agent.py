@@ -436,7 +436,8 @@ async def _stream(
 ) -> Response | Deferred | None:
     """Consume one provider stream, writing frames to the working scope; each step races
     the execution's stop signal, so an abort stops streaming at once (None). Frames are
-    buffered up to ``FRAME_CHARS`` and flushed (awaited) before anything settles."""
+    buffered: a frame of ``FRAME_CHARS`` is written (awaited) as soon as it fills; the rest
+    is superseded by the settlement, which carries the whole message."""
     events = provider.stream(request).__aiter__()
     stop = asyncio.ensure_future(ctx.signal.wait())
     buffer: list[str] = []
@@ -469,7 +470,8 @@ async def _stream(
                 if buffered >= FRAME_CHARS:
                     await flush()
             elif isinstance(event, Done):
-                await flush()
+                # The settlement publishes the whole message and retires this working scope
+                # in one command: writing the last partial frame first would be pure waste.
                 return event.outcome
     finally:
         stop.cancel()

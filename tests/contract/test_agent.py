@@ -599,3 +599,31 @@ async def test_abort_after_the_join_selects_its_successor(backend: Backend) -> N
     assert (await h.task(generations[1].id)).status == "aborted"  # type: ignore[union-attr]
     assert (await c.result(input_id)).status == "cancelled"  # type: ignore[union-attr]
     await h.close()
+
+
+async def test_long_streams_write_frames_to_the_working_scope_until_settlement(
+    backend: Backend,
+) -> None:
+    clock = pico.FakeClock()
+    long_text = "x" * 1500  # three full frames of 512 characters before the end
+    provider = FauxProvider([long_text], chunk_chars=100, cadence=1.0, clock=clock)
+    h = await _open(backend, provider, clock=clock)
+    c = await h.root()
+    input_id = await c.accept("write a lot")
+    drive = asyncio.ensure_future(c.drive())
+    (generation,) = (await h.tasks(kind="generation", limit=1)).items
+    frames = pico.working_list("pico.frames", str,
+                               scope=pico.working_scope(f"task/{generation.id}"))
+    seen: list[int] = []
+    while not drive.done():
+        clock.advance(1.0)
+        await asyncio.sleep(0)
+        page = await h.read_list(frames, limit=100)
+        seen.append(sum(len(e.value) for e in page.items))
+    assert max(seen) >= 1024  # partial output was durable while streaming
+    assert (await h.read_list(frames)).items == ()  # retired with the settlement
+    result = await c.result(input_id)
+    assert result is not None and result.status == "done"
+    answer = await h.entry(result.entry_id)  # type: ignore[arg-type]
+    assert answer is not None and _get(answer.content, "text") == long_text
+    await h.close()
