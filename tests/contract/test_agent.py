@@ -612,8 +612,9 @@ async def test_long_streams_write_frames_to_the_working_scope_until_settlement(
     input_id = await c.accept("write a lot")
     drive = asyncio.ensure_future(c.drive())
     (generation,) = (await h.tasks(kind="generation", limit=1)).items
-    frames = pico.working_list("pico.frames", str,
-                               scope=pico.working_scope(f"task/{generation.id}"))
+    frames = pico.working_list(
+        "pico.frames", str, scope=pico.working_scope(f"task/{generation.id}")
+    )
     seen: list[int] = []
     while not drive.done():
         clock.advance(1.0)
