@@ -24,6 +24,7 @@ from pico.application.agent import (
     place,
     queue_address,
     set_results,
+    start_collapse,
 )
 from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
@@ -504,9 +505,15 @@ class ConversationHandle:
 
         def build(tx: Command) -> int:
             def create() -> int:
-                busy = tx.scan_tasks(
-                    conversation_ids=[self.id], live=True, foreground=True, limit=1
-                ).items
+                # Busy = a turn is running; a collapse is context maintenance, not a turn
+                # (a turn started now simply makes a pending collapse wait to publish).
+                busy = [
+                    t
+                    for t in tx.scan_tasks(
+                        conversation_ids=[self.id], live=True, foreground=True, limit=100
+                    ).items
+                    if t.kind != "collapse"
+                ]
                 if busy:
                     return enqueue(tx, self.id, mode, input)
                 # Explicit idle acceptance: eligible queued input first, then this input.
@@ -557,6 +564,18 @@ class ConversationHandle:
         input_id = await self.accept(input, request_id=request_id)
         await self.drive(permits=permits)
         return input_id, await self.result(input_id)
+
+    async def collapse(self, *, instructions: str = "") -> int:
+        """Ask for a collapse (§8.5): the returned task summarizes a complete prefix and
+        replaces it when the context is editable and unchanged. One live per conversation."""
+        services = self.harness.services
+        if services is None:
+            raise CommandRejectedError(
+                "this harness has no model provider: open it with Harness.open(provider=...)"
+            )
+        return await self.harness.command(
+            lambda tx: start_collapse(tx, services, self.id, instructions)
+        )
 
     async def messages(
         self, *, projection: Projection | None = None, as_of: int | None = None

@@ -7,7 +7,8 @@ external side effects their own idempotence.
 Exception policy (documented and tested):
 - preparation hooks fail closed: ``before_request`` raising fails the turn (inputs
   ``failed``); ``before_tool`` raising blocks the call with an error result; ``on_yield``
-  raising stops (the answer resolves its inputs, no continuation);
+  raising stops (the answer resolves its inputs, no continuation); ``before_collapse``
+  raising declines the collapse;
 - observation hooks never block: ``after_response`` raising is logged and ignored;
   ``after_tool`` raising keeps the tool's own result.
 """
@@ -23,7 +24,7 @@ from pico.application.model import Deferred, Request, Response
 from pico.application.tools import ToolOutcome
 from pico.domain.json import JsonObject
 
-__all__ = ["Hooks", "ToolCall", "ToolDecision", "YieldDecision"]
+__all__ = ["CollapseDecision", "Hooks", "ToolCall", "ToolDecision", "YieldDecision"]
 
 log = logging.getLogger("pico.hooks")
 
@@ -55,6 +56,15 @@ class YieldDecision:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class CollapseDecision:
+    """``allow`` a context collapse (optionally with summarizer instructions) or
+    ``decline`` it."""
+
+    action: Literal["allow", "decline"] = "allow"
+    instructions: str = ""
+
+
 @dataclass
 class Hooks:
     before_request: Callable[[Request], Awaitable[Request]] | None = None
@@ -62,6 +72,7 @@ class Hooks:
     before_tool: Callable[[ToolCall], Awaitable[ToolDecision]] | None = None
     after_tool: Callable[[ToolCall, ToolOutcome], Awaitable[ToolOutcome]] | None = None
     on_yield: Callable[[Response], Awaitable[YieldDecision]] | None = None
+    before_collapse: Callable[[int], Awaitable[CollapseDecision]] | None = None
 
     async def observe_response(self, outcome: Response | Deferred) -> None:
         if self.after_response is not None:
@@ -86,6 +97,15 @@ class Hooks:
         except Exception:
             log.warning("after_tool hook raised; the tool's own result is kept", exc_info=True)
             return outcome
+
+    async def decide_collapse(self, conversation_id: int) -> CollapseDecision:
+        if self.before_collapse is None:
+            return CollapseDecision()
+        try:
+            return await self.before_collapse(conversation_id)
+        except Exception:
+            log.warning("before_collapse hook raised; declining", exc_info=True)
+            return CollapseDecision("decline")
 
     async def decide_yield(self, response: Response) -> YieldDecision:
         if self.on_yield is None:

@@ -134,6 +134,10 @@ class Scheduler:
         self.executing: dict[int, _Claim] = {}
         self._armed: set[tuple[int, int]] = set()  # (task, updated_seq) waiting phases
         self.observers: dict[int, _Observer] = {}
+        # Called on every task change or finished execution (e.g. a parked collapse's
+        # editable-context predicate); they may only record events, never await commands.
+        self.listeners: set[Callable[[], None]] = set()
+        self._notifying = False
         self._waiters: set[asyncio.Future[None]] = set()
         self.closed = False
         self.error: BaseException | None = None
@@ -141,6 +145,13 @@ class Scheduler:
     # ------------------------------------------------------------------ notifications
     def notify(self) -> None:
         """A commit landed or an execution ended: wake every waiting drive."""
+        if not self._notifying:
+            self._notifying = True
+            try:
+                for listener in list(self.listeners):
+                    listener()
+            finally:
+                self._notifying = False
         for waiter in list(self._waiters):
             if not waiter.done():
                 waiter.set_result(None)

@@ -11,7 +11,13 @@ from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
 from pico.application.harness import ConversationHandle, Harness
-from pico.application.hooks import Hooks, ToolCall, ToolDecision, YieldDecision
+from pico.application.hooks import (
+    CollapseDecision,
+    Hooks,
+    ToolCall,
+    ToolDecision,
+    YieldDecision,
+)
 from pico.application.model import (
     Deferred,
     Message,
@@ -104,6 +110,7 @@ __all__ = [
     "AuditRecord",
     "Clock",
     "ClosedError",
+    "CollapseDecision",
     "Command",
     "CommandRejectedError",
     "CommitBoundary",
