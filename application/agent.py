@@ -707,6 +707,7 @@ class ToolTaskDefinition(TaskDefinition):
             outcome.text,
             is_error=outcome.is_error,
             control=_control(outcome),
+            images=outcome.images,
         )
 
     async def _result(
@@ -719,13 +720,18 @@ class ToolTaskDefinition(TaskDefinition):
         is_error: bool,
         control: JsonObject | None = None,
         status: str = "done",
+        images: Sequence[JsonObject] = (),
     ) -> None:
+        content: dict[str, JsonValue] = {"content": text, "is_error": is_error}
+        if images:
+            content["images"] = list[JsonValue](images)
+
         def settle(tx: Command) -> None:  # a tool settles only itself
             cid = task.conversation_id
             entry = tx.append_entry(
                 cid,
                 "tool",
-                {"content": text, "is_error": is_error},
+                content,
                 by_task_id=task.id,
                 metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
             )
@@ -770,6 +776,7 @@ class ToolTaskDefinition(TaskDefinition):
             outcome.text,
             is_error=outcome.is_error,
             control=_control(outcome),
+            images=outcome.images,
         )
 
     async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]

@@ -17,6 +17,7 @@ from pico.domain.json import JsonObject, JsonValue
 __all__ = [
     "Deferred",
     "Done",
+    "ImagePart",
     "Message",
     "ModelProvider",
     "Part",
@@ -57,13 +58,22 @@ class ToolCallPart:
 
 
 @dataclass(frozen=True)
+class ImagePart:
+    """An image as base64 data with its media type."""
+
+    mime: str
+    data: str
+
+
+@dataclass(frozen=True)
 class ToolResultPart:
     call_id: str
     content: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
 
 
-Part: TypeAlias = TextPart | ThinkingPart | ToolCallPart | ToolResultPart
+Part: TypeAlias = TextPart | ThinkingPart | ToolCallPart | ToolResultPart | ImagePart
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pico.application.model import (
+    ImagePart,
     Message,
     Part,
     TextPart,
@@ -76,7 +77,13 @@ def tool_result_message(entry: Entry) -> Message:
     call_id = (entry.metadata or {}).get("tool_call_id")
     content = entry.content
     is_error = isinstance(content, dict) and content.get("is_error") is True
-    return Message("user", (ToolResultPart(str(call_id), _text(content), is_error),))
+    raw = content.get("images") if isinstance(content, dict) else None
+    images = tuple(
+        ImagePart(str(i.get("mime")), str(i.get("data")))
+        for i in (raw if isinstance(raw, list) else [])
+        if isinstance(i, dict)
+    )
+    return Message("user", (ToolResultPart(str(call_id), _text(content), is_error, images),))
 
 
 DEFAULT_KINDS: dict[str, KindProjection] = {

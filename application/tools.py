@@ -10,6 +10,7 @@ context or inspects its siblings.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +26,9 @@ __all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolOutcome", "ToolRegi
 
 #: Default cap on a tool's accumulated output text (characters).
 OUTPUT_CAP = 64_000
+#: Image caps per result: count and size of each (bytes before encoding).
+MAX_IMAGES = 8
+IMAGE_CAP_BYTES = 5 * 2**20
 TRUNCATED = "\n[output truncated]"
 
 
@@ -44,6 +48,7 @@ class ToolOutcome:
     terminate: bool = False
     handoff: JsonValue = None
     deferred: bool = False
+    images: tuple[JsonObject, ...] = ()  # {"mime": ..., "data": base64}
 
 
 class ToolContext:
@@ -85,6 +90,17 @@ class ToolContext:
         self._size += len(text)
         if self._sink is not None:
             await self._sink(text)
+
+    async def add_image(self, data: bytes, mime: str = "image/png") -> None:
+        """Attach an image to the result (bounded: at most ``MAX_IMAGES`` of at most
+        ``IMAGE_CAP_BYTES`` each; beyond the caps it is dropped with a note in the text)."""
+        if len(self._outcome.images) >= MAX_IMAGES or len(data) > IMAGE_CAP_BYTES:
+            await self.write(
+                f"\n[image dropped: over the cap of {MAX_IMAGES} images of {IMAGE_CAP_BYTES} bytes]"
+            )
+            return
+        encoded = base64.b64encode(data).decode("ascii")
+        self._outcome.images = (*self._outcome.images, {"mime": mime, "data": encoded})
 
     def set_details(self, details: JsonValue) -> None:
         self._outcome.details = strict_json(details, what="tool details")

@@ -628,3 +628,28 @@ async def test_long_streams_write_frames_to_the_working_scope_until_settlement(
     answer = await h.entry(result.entry_id)  # type: ignore[arg-type]
     assert answer is not None and _get(answer.content, "text") == long_text
     await h.close()
+
+
+async def test_tool_images_reach_the_model_within_caps(backend: Backend) -> None:
+    from pico.application import tools as tool_policy
+
+    async def screenshot(args: JsonObject, ctx: ToolContext) -> str:
+        await ctx.add_image(b"\x89PNG-small", mime="image/png")
+        await ctx.add_image(b"x" * (tool_policy.IMAGE_CAP_BYTES + 1))  # over the cap
+        return "captured"
+
+    provider = FauxProvider([FauxResponse(tool_calls=[("screenshot", {})]), "I see it."])
+    h = await backend.open(
+        provider=provider,
+        tools=[pico.Tool("screenshot", "Take a screenshot", {"type": "object"}, screenshot)],
+    )
+    c = await h.root()
+    _, result = await _bounded(c.prompt("look"))
+    assert result is not None and result.status == "done"
+    parts = [
+        p for p in provider.requests[1].messages[-1].parts if isinstance(p, pico.ToolResultPart)
+    ]
+    (part,) = parts
+    assert [(i.mime, i.data) for i in part.images] == [("image/png", "iVBORy1zbWFsbA==")]
+    assert "image dropped" in part.content
+    await h.close()
