@@ -29,7 +29,9 @@ from pico.application.model import (
     TextDelta,
     TextPart,
     ThinkingPart,
+    ToolResultPart,
     Usage,
+    estimate_tokens,
 )
 from pico.application.projection import Projection, ProjectionCache, project_context
 from pico.application.scheduler import Execution
@@ -74,6 +76,7 @@ class AgentServices:
     queue_selection: str = "all"  # or "one": the oldest queued input of each mode
     hooks: Hooks = field(default_factory=Hooks)
     active_tools: list[str] | None = None  # offered at first; None offers every tool
+    context_budget: int | None = None  # estimated tokens; over it, collapse before a request
 
 
 MODES = ("write", "steer", "follow_up", "next_run")
@@ -192,12 +195,6 @@ class GenerationDefinition(TaskDefinition):
         if task.status == "deferred":
             await self._poll(task, ctx, state)
             return
-        # Durable intent before the external call (§5.8); clears stale timing/permits.
-        await ctx.command(
-            lambda tx: tx.patch_task(
-                task.id, status="streaming", not_before=None, required_permit=None
-            )
-        )
         request = Request(
             model=str(state.get("model") or self.services.model),
             system=self.services.system,
@@ -210,6 +207,14 @@ class GenerationDefinition(TaskDefinition):
                 )
             ),
             tools=self.services.tools.specs(str(t) for t in _ints_or_names(state.get("tools"))),
+        )
+        if await self._needs_collapse(task, ctx, state, request):
+            return  # the generation now waits for its captured collapse
+        # Durable intent before the external call (§5.8); clears stale timing/permits.
+        await ctx.command(
+            lambda tx: tx.patch_task(
+                task.id, status="streaming", not_before=None, required_permit=None
+            )
         )
         hooks = self.services.hooks
         if hooks.before_request is not None:
@@ -235,6 +240,36 @@ class GenerationDefinition(TaskDefinition):
             return  # signalled (abort/close): publish nothing; the abort handler settles
         await hooks.observe_response(outcome)
         await self._settle(task, ctx, state, outcome)
+
+    async def _needs_collapse(
+        self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], request: Request
+    ) -> bool:
+        """Automatic collapse (§8.3): over the context budget, create the collapse and the
+        dependency on it together, once; a captured collapse's outcome is interpreted once
+        and never recreated on a retry."""
+        budget = self.services.context_budget
+        if budget is None or state.get("auto_collapse") is not None:
+            return False
+        chars = sum(
+            len(p.text)
+            if isinstance(p, (TextPart, ThinkingPart))
+            else len(p.content)
+            if isinstance(p, ToolResultPart)
+            else 0
+            for m in request.messages
+            for p in m.parts
+        )
+        if estimate_tokens(chars) <= budget:
+            return False
+
+        def wait(tx: Command) -> None:
+            collapse = start_collapse(tx, self.services, task.conversation_id)
+            tx.patch_task(
+                task.id, state={**state, "auto_collapse": collapse}, after=[*task.after, collapse]
+            )
+
+        await ctx.command(wait)
+        return True
 
     async def _poll(self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]) -> None:
         handle = state.get("handle")

@@ -13,7 +13,6 @@ spending tokens (and so do our tests).
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -36,6 +35,7 @@ from pico.application.model import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    estimate_tokens,
 )
 from pico.domain.json import JsonObject, strict_json
 
@@ -68,11 +68,6 @@ class FauxFailure:
 ScriptItem: TypeAlias = (
     str | FauxResponse | FauxDeferred | FauxFailure | Callable[[Request], "FauxResponse | str"]
 )
-
-
-def estimate_tokens(chars: int) -> int:
-    """Usage estimated from characters (about four per token), never zero for content."""
-    return math.ceil(chars / 4)
 
 
 def _chars(parts: Iterable[Part]) -> int:

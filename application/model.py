@@ -7,6 +7,7 @@ choose retry, overflow compaction or failure without knowing the provider.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias
@@ -34,6 +35,7 @@ __all__ = [
     "ToolResultPart",
     "ToolSpec",
     "Usage",
+    "estimate_tokens",
 ]
 
 Role = Literal["user", "assistant"]
@@ -150,6 +152,11 @@ class Done:
 
 
 StreamEvent: TypeAlias = TextDelta | ThinkingDelta | Done
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens estimated from characters (about four per token), never zero for content."""
+    return math.ceil(chars / 4)
 
 
 class ProviderError(PicoError):

@@ -163,3 +163,41 @@ async def test_a_competing_compaction_keeping_the_cut_still_makes_it_stale(
     assert (await h.task(collapse)).status == "stale"  # type: ignore[union-attr]
     assert (await c.context_entries())[0].id == other
     await h.close()
+
+
+async def test_over_the_budget_a_collapse_runs_before_the_request_once(
+    backend: Backend,
+) -> None:
+    provider = FauxProvider(["the summary", "answered from the summary"])
+    h = await backend.open(provider=provider)
+    assert h.services is not None
+    h.services.context_budget = 10  # estimated tokens
+    c = await h.root()
+    await _history(h, c, 4)
+    _, result = await _bounded(c.prompt("and now?"))
+    assert result is not None and result.status == "done"
+    (collapse,) = (await h.tasks(kind="collapse", limit=5)).items
+    (generation,) = (await h.tasks(kind="generation", limit=5)).items
+    assert collapse.status == "done" and collapse.id in generation.after
+    assert provider.request_count == 2  # the summary, then ONE answer request
+    assert provider.requests[1].messages[0].text == "the summary"
+    await h.close()
+
+
+async def test_a_declined_automatic_collapse_leaves_the_context_unchanged(
+    backend: Backend,
+) -> None:
+    async def decline(conversation_id: int) -> pico.CollapseDecision:
+        return pico.CollapseDecision("decline")
+
+    provider = FauxProvider(["answered with the full context"])
+    h = await backend.open(provider=provider, hooks=pico.Hooks(before_collapse=decline))
+    assert h.services is not None
+    h.services.context_budget = 10
+    c = await h.root()
+    await _history(h, c, 4)
+    _, result = await _bounded(c.prompt("and now?"))
+    assert result is not None and result.status == "done"
+    assert provider.request_count == 1  # no retry loop creating collapses
+    assert len((await h.tasks(kind="collapse", limit=5)).items) == 1
+    await h.close()
