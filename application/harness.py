@@ -709,81 +709,89 @@ class ConversationHandle:
 
     async def abort(self) -> list[int]:
         """Durably mark the current required foreground work (§5.6, §6.4): foreground tasks
-        in this tree and their unfinished dependencies. Returns the newly marked ids; a
-        repeated abort joins the outstanding one. A drive performs the cleanup."""
+        in this tree and their unfinished dependencies, selected and marked in ONE command
+        (its reads share the command's snapshot, so nothing created meanwhile escapes).
+        Returns the newly marked ids; a repeated abort joins the outstanding one. A drive
+        performs the cleanup."""
         scheduler = self.harness.scheduler
-        live = scheduler.live_tasks(self.id)
-        by_id = {t.id: t for t in live}
-        selected = {t.id for t in live if t.foreground}
-        frontier = list(selected)
-        while frontier:  # unfinished dependencies are required work too
-            task = by_id.get(frontier.pop())
-            for dep in task.after if task else ():
-                if dep in by_id and dep not in selected:
-                    selected.add(dep)
-                    frontier.append(dep)
-        targets = sorted(i for i in selected if not by_id[i].abort_requested)
-        # A direct foreground abort of an owned child also cancels its owner (§6.5); the
-        # owner settles once the child's selected work is terminal.
-        snapshot = await self.snapshot()
-        owner_id = snapshot.owner_task_id
-        if owner_id is not None and selected:
-            owner = await self.harness.task(owner_id)
-            if owner is not None and owner.live and not owner.abort_requested:
-                targets.append(owner_id)
+        services = self.harness.services
 
-        def build(tx: Command) -> None:
+        def build(tx: Command) -> list[int]:
+            live = scheduler.live_tasks(self.id)
+            by_id = {t.id: t for t in live}
+            selected = {t.id for t in live if t.foreground}
+            frontier = list(selected)
+            while frontier:  # unfinished dependencies are required work too
+                task = by_id.get(frontier.pop())
+                for dep in task.after if task else ():
+                    if dep in by_id and dep not in selected:
+                        selected.add(dep)
+                        frontier.append(dep)
+            targets = sorted(i for i in selected if not by_id[i].abort_requested)
+            # A direct foreground abort of an owned child also cancels its owner (§6.5);
+            # the owner settles once the child's selected work is terminal.
+            snapshot = tx.get_conversation(self.id)
+            owner_id = None if snapshot is None else snapshot.owner_task_id
+            if owner_id is not None and selected:
+                owner = tx.get_task(owner_id)
+                if owner is not None and owner.live and not owner.abort_requested:
+                    targets.append(owner_id)
             for i in targets:
                 tx.request_abort(i)
-            if selected and self.harness.services is not None:
+            if selected and services is not None:
                 # Foreground abort cancels queued steering/follow-ups; writes and next_run
                 # input are preserved (§6.4, §8.2).
                 cancel_queued_inputs(tx, self.id, ("steer", "follow_up"))
+            return targets
 
-        await self.harness.command(build)
-        return targets
+        return await self.harness.command(build)
 
     async def abort_background(self, task_id: int | None = None) -> list[int]:
         """Mark detached background work: a background root (not required by foreground
         work), its unfinished dependencies and all live work in conversations it owns.
-        Without ``task_id``, every detached root in this tree."""
+        Without ``task_id``, every detached root in this tree. Selected and marked in ONE
+        command."""
         scheduler = self.harness.scheduler
-        live = scheduler.live_tasks(self.id)
-        by_id = {t.id: t for t in live}
-        required: set[int] = set()
-        frontier = [t.id for t in live if t.foreground]
-        while frontier:
-            tid = frontier.pop()
-            if tid in required:
-                continue
-            required.add(tid)
-            frontier.extend(d for d in by_id[tid].after if d in by_id)
-        roots = [t for t in live if t.id not in required]
-        if task_id is not None:
-            roots = [t for t in roots if t.id == task_id]
-            if not roots:
-                raise CommandRejectedError(
-                    f"task {task_id} is not live detached background work in conversation "
-                    f"{self.id}; abort foreground work with conversation.abort()"
-                )
-        selected: set[int] = set()
-        cache: dict[int, bool] = {}
-        for root in roots:
-            selected.add(root.id)
-            stack = list(root.after)
-            while stack:
-                dep = stack.pop()
-                if dep in by_id and dep not in selected:
-                    selected.add(dep)
-                    stack.extend(by_id[dep].after)
-            if root.owned_conversation_id is not None:
-                for t in live:
-                    if scheduler.in_tree(t.conversation_id, root.owned_conversation_id, cache):
-                        selected.add(t.id)
-        targets = sorted(i for i in selected if not by_id[i].abort_requested)
-        if targets:
-            await self.harness.command(lambda tx: [tx.request_abort(i) for i in targets])
-        return targets
+
+        def build(tx: Command) -> list[int]:
+            live = scheduler.live_tasks(self.id)
+            by_id = {t.id: t for t in live}
+            required: set[int] = set()
+            frontier = [t.id for t in live if t.foreground]
+            while frontier:
+                tid = frontier.pop()
+                if tid in required:
+                    continue
+                required.add(tid)
+                frontier.extend(d for d in by_id[tid].after if d in by_id)
+            roots = [t for t in live if t.id not in required]
+            if task_id is not None:
+                roots = [t for t in roots if t.id == task_id]
+                if not roots:
+                    raise CommandRejectedError(
+                        f"task {task_id} is not live detached background work in conversation "
+                        f"{self.id}; abort foreground work with conversation.abort()"
+                    )
+            selected: set[int] = set()
+            cache: dict[int, bool] = {}
+            for root in roots:
+                selected.add(root.id)
+                stack = list(root.after)
+                while stack:
+                    dep = stack.pop()
+                    if dep in by_id and dep not in selected:
+                        selected.add(dep)
+                        stack.extend(by_id[dep].after)
+                if root.owned_conversation_id is not None:
+                    for t in live:
+                        if scheduler.in_tree(t.conversation_id, root.owned_conversation_id, cache):
+                            selected.add(t.id)
+            targets = sorted(i for i in selected if not by_id[i].abort_requested)
+            for i in targets:
+                tx.request_abort(i)
+            return targets
+
+        return await self.harness.command(build)
 
     async def delete(self) -> None:
         await self.harness.delete_conversation(self.id)
