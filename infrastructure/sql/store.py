@@ -671,6 +671,21 @@ class SqlReadStore:
     def _marks(n: int) -> str:
         return ", ".join("?" * n)
 
+    _CHUNK = 500  # ids per IN list: below every backend's bound-parameter limit
+
+    def _rows_in(self, head: str, column: str, ids: Sequence[int], tail: str = "") -> list[Any]:
+        """``head WHERE session_id = ? AND column IN (ids) tail`` for the distinct ids, in
+        ascending chunks: one statement per 500 ids, never one per id."""
+        unique = sorted(set(ids))
+        rows: list[Any] = []
+        for k in range(0, len(unique), self._CHUNK):
+            chunk = unique[k : k + self._CHUNK]
+            rows += self._rows(
+                f"{head} WHERE session_id = ? AND {column} IN ({self._marks(len(chunk))}) {tail}",
+                (self.sid, *chunk),
+            )
+        return rows
+
     def meta(self) -> SessionMeta | None:
         row = self._one(
             "SELECT head, main_head, root_id, owner FROM pico_sessions WHERE session_id = ?",
@@ -694,17 +709,7 @@ class SqlReadStore:
         return ConvRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7])
 
     def conversation_rows(self, ids: Sequence[int]) -> dict[int, ConvRow]:
-        out: dict[int, ConvRow] = {}
-        unique = sorted(set(ids))
-        for k in range(0, len(unique), 500):
-            chunk = unique[k : k + 500]
-            rows = self._rows(
-                self._CONV + f"WHERE session_id = ? AND id IN ({self._marks(len(chunk))})",
-                (self.sid, *chunk),
-            )
-            for r in rows:
-                out[r[0]] = self._conv(r)
-        return out
+        return {r[0]: self._conv(r) for r in self._rows_in(self._CONV, "id", ids)}
 
     def context_tail(
         self, conversation_id: int, after_position: int | None
@@ -732,17 +737,13 @@ class SqlReadStore:
 
     def current_contexts(self, ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
         out: dict[int, list[int]] = {i: [] for i in ids}
-        unique = sorted(set(ids))
-        for k in range(0, len(unique), 500):
-            chunk = unique[k : k + 500]
-            rows = self._rows(
-                "SELECT conversation_id, entry_id FROM pico_context_elements WHERE "
-                f"session_id = ? AND conversation_id IN ({self._marks(len(chunk))}) "
-                "ORDER BY conversation_id, position",
-                (self.sid, *chunk),
-            )
-            for cid, eid in rows:
-                out[cid].append(eid)
+        for cid, eid in self._rows_in(
+            "SELECT conversation_id, entry_id FROM pico_context_elements",
+            "conversation_id",
+            ids,
+            "ORDER BY conversation_id, position",
+        ):
+            out[cid].append(eid)
         return {k: tuple(v) for k, v in out.items()}
 
     def scan_conversation_rows(
@@ -782,18 +783,8 @@ class SqlReadStore:
         return EntryRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] if content else None)
 
     def entry_rows(self, ids: Sequence[int], *, content: bool) -> dict[int, EntryRow]:
-        out: dict[int, EntryRow] = {}
-        unique = sorted(set(ids))
-        for k in range(0, len(unique), 500):
-            chunk = unique[k : k + 500]
-            rows = self._rows(
-                f"SELECT {self._entry_cols(content)} FROM pico_entries WHERE "
-                f"session_id = ? AND id IN ({self._marks(len(chunk))})",
-                (self.sid, *chunk),
-            )
-            for r in rows:
-                out[r[0]] = self._entry(r, content)
-        return out
+        head = f"SELECT {self._entry_cols(content)} FROM pico_entries"
+        return {r[0]: self._entry(r, content) for r in self._rows_in(head, "id", ids)}
 
     def entry_range(
         self,
@@ -997,17 +988,7 @@ class SqlReadStore:
         )
 
     def task_rows(self, ids: Sequence[int]) -> dict[int, TaskRow]:
-        out: dict[int, TaskRow] = {}
-        unique = sorted(set(ids))
-        for k in range(0, len(unique), 500):
-            chunk = unique[k : k + 500]
-            rows = self._rows(
-                self._TASK + f"WHERE session_id = ? AND id IN ({self._marks(len(chunk))})",
-                (self.sid, *chunk),
-            )
-            for r in rows:
-                out[r[0]] = self._task(r)
-        return out
+        return {r[0]: self._task(r) for r in self._rows_in(self._TASK, "id", ids)}
 
     def scan_task_rows(
         self,

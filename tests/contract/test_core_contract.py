@@ -84,6 +84,32 @@ async def test_every_entry_of_a_multi_entry_commit_carries_the_commit_end(
     await h.close()
 
 
+async def test_batched_reads_span_more_ids_than_one_statement_holds(backend: Backend) -> None:
+    """SQL backends split id lists into IN chunks of 500: every id must come back once,
+    duplicates and unknown ids included, across the chunk boundaries."""
+    h = await backend.open()
+
+    def build(tx: Command) -> tuple[list[int], list[int]]:
+        convs = [tx.create_conversation() for _ in range(3)]
+        entries = []
+        for i in range(1100):
+            e = tx.append_entry(convs[i % 3], "user", f"m{i}")
+            tx.append_context(convs[i % 3], [e])
+            entries.append(e)
+        return convs + [tx.create_conversation() for _ in range(600)], entries
+
+    convs, entries = await h.command(build)
+    asked = [*entries[::-1], entries[0], entries[700], 9_999_999]
+    got = await h.get_entries(asked)
+    assert sorted(got) == entries
+    assert all(got[e].content == f"m{i}" for i, e in enumerate(entries))
+    snaps = await h.get_conversations([*convs, convs[550], 9_999_999])
+    assert sorted(snaps) == convs
+    assert [snaps[convs[k]].context for k in range(3)] == [tuple(entries[k::3]) for k in range(3)]
+    assert snaps[convs[-1]].context == ()
+    await h.close()
+
+
 async def test_invalid_json_is_rejected_and_nothing_is_written(backend: Backend) -> None:
     h = await backend.open()
     c = await h.root()
