@@ -142,14 +142,17 @@ async def demo(db: Path) -> str:
             clock.advance(0.05)  # the faux stream's cadence follows this clock
         return driving.result()
 
-    h = await Harness.open(
-        url,
-        session="main",
-        provider=provider,
-        tools=_demo_tools(files, clock),
-        clock=clock,
-        model="faux",
-    )
+    async def open_demo() -> Harness:
+        return await Harness.open(
+            url,
+            session="main",
+            provider=provider,
+            tools=_demo_tools(files, clock),
+            clock=clock,
+            model="faux",
+        )
+
+    h = await open_demo()
     c = await h.root()
     input_id = await c.accept("Inspect the parser")
     out.append(
@@ -191,14 +194,7 @@ async def demo(db: Path) -> str:
     await h.close()
     # A new process: reopen and continue the same conversation.
     provider.requests.clear()
-    h = await Harness.open(
-        url,
-        session="main",
-        provider=provider,
-        tools=_demo_tools(files, clock),
-        clock=clock,
-        model="faux",
-    )
+    h = await open_demo()
     c = await h.root()
     input_id = await c.accept("And the second problem?")
     outcome = await drive_with_time(c)
