@@ -671,6 +671,30 @@ class SqlReadStore:
     def _marks(n: int) -> str:
         return ", ".join("?" * n)
 
+    def _id_page(
+        self,
+        head: str,
+        where: list[str],
+        params: list[Any],
+        filters: Sequence[tuple[str, Any]],
+        gt: int | None,
+        lt: int | None,
+        order: Order,
+        limit: int,
+    ) -> list[Any]:
+        """One page in id order of ``head`` for this session: the fixed ``where`` clauses,
+        each filter whose value is not None, the open id window; filters before the limit."""
+        clauses, values = ["session_id = ?", *where], [self.sid, *params]
+        for clause, value in (*filters, ("id > ?", gt), ("id < ?", lt)):
+            if value is not None:
+                clauses.append(clause)
+                values.append(value)
+        direction = "ASC" if order == "asc" else "DESC"
+        return self._rows(
+            f"{head} WHERE {' AND '.join(clauses)} ORDER BY id {direction} LIMIT ?",
+            (*values, limit),
+        )
+
     _CHUNK = 500  # ids per IN list: below every backend's bound-parameter limit
 
     def _rows_in(self, head: str, column: str, ids: Sequence[int], tail: str = "") -> list[Any]:
@@ -756,22 +780,8 @@ class SqlReadStore:
         order: Order,
         limit: int,
     ) -> list[ConvRow]:
-        where: list[str] = ["session_id = ?"]
-        params: list[Any] = [self.sid]
-        for clause, value in (
-            ("source_conversation_id = ?", source),
-            ("owner_task_id = ?", owner),
-            ("id > ?", gt),
-            ("id < ?", lt),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        direction = "ASC" if order == "asc" else "DESC"
-        rows = self._rows(
-            self._CONV + f"WHERE {' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
-            (*params, limit),
-        )
+        filters = (("source_conversation_id = ?", source), ("owner_task_id = ?", owner))
+        rows = self._id_page(self._CONV, [], [], filters, gt, lt, order, limit)
         return [self._conv(r) for r in rows]
 
     def _entry_cols(self, content: bool) -> str:
@@ -1004,8 +1014,8 @@ class SqlReadStore:
         order: Order,
         limit: int,
     ) -> list[TaskRow]:
-        where: list[str] = ["session_id = ?"]
-        params: list[Any] = [self.sid]
+        where: list[str] = []
+        params: list[Any] = []
         if conversation_ids is not None:
             if not conversation_ids:
                 return []
@@ -1015,22 +1025,13 @@ class SqlReadStore:
             where.append("role <> 'terminal'")  # the partial index's predicate
         elif live is False:
             where.append("role = 'terminal'")
-        for clause, value in (
+        filters = (
             ("role = ?", role),
             ("kind = ?", kind),
             ("foreground = ?", foreground),
             ("abort_requested = ?", abort_requested),
-            ("id > ?", gt),
-            ("id < ?", lt),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        direction = "ASC" if order == "asc" else "DESC"
-        rows = self._rows(
-            self._TASK + f"WHERE {' AND '.join(where)} ORDER BY id {direction} LIMIT ?",
-            (*params, limit),
         )
+        rows = self._id_page(self._TASK, where, params, filters, gt, lt, order, limit)
         return [self._task(r) for r in rows]
 
     def owned_conversations(self, conversation_id: int) -> list[int]:
