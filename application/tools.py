@@ -81,15 +81,20 @@ class ToolContext:
 
     async def write(self, text: str) -> None:
         """Append progress text (bounded); awaits the sink so progress is admitted in order."""
+        admitted = self._keep(text)
+        if admitted and self._sink is not None:
+            await self._sink(admitted)
+
+    def _keep(self, text: str) -> str:
+        """Bound and keep ``text`` for the result; returns what was kept."""
         if self._truncated or not text:
-            return
+            return ""
         room = self._cap - self._size
         if len(text) > room:
             text, self._truncated = text[:room] + TRUNCATED, True
         self._text.append(text)
         self._size += len(text)
-        if self._sink is not None:
-            await self._sink(text)
+        return text
 
     async def add_image(self, data: bytes, mime: str = "image/png") -> None:
         """Attach an image to the result (bounded: at most ``MAX_IMAGES`` of at most
@@ -188,7 +193,10 @@ class Tool:
         except Exception as exc:
             return ctx.outcome(is_error=True, text=f"{type(exc).__name__}: {exc}")
         if final is not None:
-            await ctx.write(final)
+            # The returned text is the result, published by the settlement that follows at
+            # once: it is not progress, so it does not go through the sink (a working commit
+            # that the settlement would retire immediately).
+            ctx._keep(final)
         return ctx.outcome()
 
 
