@@ -71,6 +71,9 @@ commits = Table(
     Column("last", BigInteger, primary_key=True),
     Column("first", BigInteger, nullable=False),
     Column("scope", String(200), nullable=False),
+    # One row per command: on SQLite the key IS the table (no separate key index to
+    # write on every commit; v4).
+    sqlite_with_rowid=False,
 )
 
 conversations = Table(
@@ -203,8 +206,10 @@ tasks = Table(
     Column("required_permit", String(200)),
     Column("abort_requested", Boolean, nullable=False),
     Column("updated_seq", BigInteger, nullable=False),
-    Index("pico_tasks_role", "session_id", "role", "id"),
-    Index("pico_tasks_conversation", "session_id", "conversation_id", "role", "id"),
+    # No full index carries the role (v4): a status change then rewrites only the table
+    # row and the small live indexes, not entries in ever-growing history indexes. Scans by
+    # a live role go through the live indexes; scans of terminal history filter by role.
+    Index("pico_tasks_by_conversation", "session_id", "conversation_id", "id"),
     # Live scans never sort or touch terminal history.
     Index(
         "pico_tasks_live",
@@ -238,6 +243,35 @@ def _create(*names: str) -> Callable[[Connection], None]:
     return apply
 
 
+def _v4(conn: Connection) -> None:
+    # Idempotent: a database created by an older migration 3 has the role-carrying task
+    # indexes and a rowid commit table; one created from this metadata already has neither.
+    conn.execute(text("DROP INDEX IF EXISTS pico_tasks_role"))
+    conn.execute(text("DROP INDEX IF EXISTS pico_tasks_conversation"))
+    conn.execute(
+        text(
+            "CREATE INDEX IF NOT EXISTS pico_tasks_by_conversation "
+            "ON pico_tasks (session_id, conversation_id, id)"
+        )
+    )
+    if conn.dialect.name != "sqlite":
+        return
+    ddl = conn.execute(
+        text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'pico_commits'")
+    ).scalar_one()
+    if "WITHOUT ROWID" in ddl.upper():
+        return
+    conn.execute(text("ALTER TABLE pico_commits RENAME TO pico_commits_v3"))
+    commits.create(conn)
+    conn.execute(
+        text(
+            "INSERT INTO pico_commits (session_id, last, first, scope) "
+            "SELECT session_id, last, first, scope FROM pico_commits_v3"
+        )
+    )
+    conn.execute(text("DROP TABLE pico_commits_v3"))
+
+
 #: Ordered, append-only: a migration, once released, is never edited; add the next one.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (
@@ -266,6 +300,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
         ),
     ),
     (3, "durable tasks with partial indexes over live work", _create("pico_tasks")),
+    (4, "fewer pages written per command: role-free task indexes; keyed commit rows", _v4),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

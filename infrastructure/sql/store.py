@@ -1021,7 +1021,7 @@ class SqlReadStore:
                 return []
             where.append(f"conversation_id IN ({self._marks(len(conversation_ids))})")
             params.extend(conversation_ids)
-        if live is True:
+        if live is True or (live is None and role is not None and role != "terminal"):
             where.append("role <> 'terminal'")  # the partial index's predicate
         elif live is False:
             where.append("role = 'terminal'")
