@@ -163,6 +163,12 @@ def _sqlite_pragmas(engine: Engine, synchronous: str, *, begin: str) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
+        # SQLite's default checkpoint (every 1,000 WAL pages) runs inside the COMMIT that
+        # crosses it, with two fsyncs under synchronous=NORMAL: at ~200 pages per agent turn
+        # that was one checkpoint every ~5 turns. A larger interval checkpoints hot pages once
+        # instead of many times and pays the fsyncs a tenth as often (2,000-turn benchmark:
+        # mean minus median per turn ~0.9-1.1 -> ~0.5-0.7 ms). The WAL may grow to ~40 MiB.
+        cur.execute("PRAGMA wal_autocheckpoint=10000")
         cur.close()
 
     @sa_event.listens_for(engine, "begin")
