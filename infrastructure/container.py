@@ -65,11 +65,13 @@ def build_storage(settings: PicoSettings) -> Storage:
         if not path.exists():
             raise UnknownSessionError(f"{sid} (no database file at {path})")
     db, release = _open_sql(_sql_url(url), settings.durability)
+    events = SqlRecorder(db)
     return EventSourcedStorage(
         sid,
-        events=SqlRecorder(db),
+        events=events,
         snapshots=SqlRecorder(db, table=schema.snapshots),
-        read_store=SqlReadStore(db, sid),
+        # Reads on the writing thread share the writer's warm connection (SQLite).
+        read_store=SqlReadStore(db, sid, writer=events.writer),
         on_close=release,
     )
 

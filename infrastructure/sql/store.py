@@ -61,7 +61,10 @@ class SqlDatabase:
         self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
         if self.dialect == "sqlite":
             sync = "FULL" if durability == "fsync" else "NORMAL"
-            self.writer = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
+            # Every RawWriter (one per open session) holds a private connection for its
+            # lifetime: its reads between transactions may span awaits (RawWriter.
+            # idle_connection), so no other session may share it.
+            self.writer = sa.create_engine(url, poolclass=sa.pool.NullPool)
             self.reader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
             # Event-stream loads get their own connection: a command's read snapshot may be
             # open on the reader's (one per thread) while it loads an aggregate.
@@ -106,6 +109,7 @@ class RawWriter:
         self._fairy: Any = None
         self.sqlite = db.dialect == "sqlite"
         self._integrity: type[Exception] = db.writer.dialect.loaded_dbapi.IntegrityError
+        self.thread: int | None = None
         self._cache: dict[str, str] = {}
 
     def sql(self, statement: str) -> str:
@@ -117,10 +121,25 @@ class RawWriter:
             out = self._cache[statement] = statement.replace("?", "%s")
         return out
 
-    def transaction(self, work: Callable[[Any], None]) -> None:
+    def connection(self) -> Any:
+        """The held DBAPI connection (opened on first use, on the calling thread)."""
         if self._fairy is None:
             self._fairy = self.db.writer.raw_connection()
+            self.thread = threading.get_ident()
+        return self._fairy.driver_connection
+
+    def idle_connection(self) -> Any | None:
+        """The writer's connection for a read on its own thread between transactions, or
+        None. SQLite empties a connection's page cache whenever another connection has
+        written, so the reader connections start every snapshot cold after each commit;
+        the writer's own cache stays warm across its commits."""
+        if not self.sqlite or self._fairy is None or self.thread != threading.get_ident():
+            return None
         conn = self._fairy.driver_connection
+        return None if conn.in_transaction else conn
+
+    def transaction(self, work: Callable[[Any], None]) -> None:
+        conn = self.connection()
         cur = conn.cursor()
         try:
             if self.sqlite:
@@ -188,6 +207,10 @@ class SqlRecorder(AggregateRecorder):
         self.table = table
         self.is_events = table is t.events
         self._writer = db.raw_writer()
+
+    @property
+    def writer(self) -> RawWriter:
+        return self._writer
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -611,9 +634,12 @@ class SqlReadStore:
     SQLAlchemy expressions cost ~10x the query itself on these point lookups.
     """
 
-    def __init__(self, db: SqlDatabase, session_id: str) -> None:
+    def __init__(
+        self, db: SqlDatabase, session_id: str, *, writer: RawWriter | None = None
+    ) -> None:
         self.db = db
         self.sid = session_id
+        self._writer = writer
         self._local = threading.local()
         self._pg = db.dialect == "postgresql"
         self._lock = threading.Lock()
@@ -627,15 +653,17 @@ class SqlReadStore:
             return
         # One held DBAPI connection per thread and an explicit read transaction: a pooled
         # SQLAlchemy checkout plus its BEGIN events cost more than most of these queries.
-        fairy: Any = getattr(self._local, "fairy", None)
-        if fairy is None:
-            fairy = self.db.reader.raw_connection()
-            self._local.fairy = fairy
-            with self._lock:
-                self._fairies.append(fairy)
-            if self._pg:
-                fairy.driver_connection.isolation_level = 3  # REPEATABLE READ: one snapshot
-        conn: Any = fairy.driver_connection
+        conn: Any = None if self._writer is None else self._writer.idle_connection()
+        if conn is None:
+            fairy: Any = getattr(self._local, "fairy", None)
+            if fairy is None:
+                fairy = self.db.reader.raw_connection()
+                self._local.fairy = fairy
+                with self._lock:
+                    self._fairies.append(fairy)
+                if self._pg:
+                    fairy.driver_connection.isolation_level = 3  # REPEATABLE READ
+            conn = fairy.driver_connection
         cur = conn.cursor()
         try:
             if not self._pg:
