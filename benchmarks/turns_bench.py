@@ -4,6 +4,7 @@ database bytes, and the cost of the last 100 turns against the first 100.
 
     python -m benchmarks.turns_bench                  # 2,000 turns
     python -m benchmarks.turns_bench --turns 300      # quick
+    python -m benchmarks.turns_bench --series         # also per-100-turn means + WAL size
 
 Prints Markdown (also benchmarks/results/turns.md).
 """
@@ -43,7 +44,9 @@ def _script(turns: int) -> list[Any]:
     return script
 
 
-async def run(url: str, turns: int, chunk_chars: int) -> tuple[list[float], float, float]:
+async def run(
+    url: str, turns: int, chunk_chars: int, wal: Path | None = None
+) -> tuple[list[float], float, float]:
     async def read(args: JsonObject, ctx: ToolContext) -> str:
         return f"contents of {args['path']}"
 
@@ -62,6 +65,10 @@ async def run(url: str, turns: int, chunk_chars: int) -> tuple[list[float], floa
         _, result = await c.prompt(f"question {i}")
         per_turn.append(time.perf_counter() - t0)
         assert result is not None and result.status == "done", result
+        if wal is not None and (i + 1) % 100 == 0:
+            chunk = statistics.mean(per_turn[-100:]) * 1000
+            size = wal.stat().st_size / 2**20 if wal.exists() else 0.0
+            print(f"turns {i - 98:>5}-{i + 1:<5} {chunk:6.2f} ms/turn  WAL {size:5.1f} MiB")
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     assert provider.request_count == 2 * turns
     await h.close()
@@ -72,10 +79,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=2000)
     ap.add_argument("--chunk-chars", type=int, default=16)
+    ap.add_argument("--series", action="store_true", help="print per-100-turn means")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pico-turns-"))
     db = tmp / "turns.db"
-    per_turn, wall, cpu = asyncio.run(run(f"sqlite:///{db}", args.turns, args.chunk_chars))
+    wal = tmp / "turns.db-wal" if args.series else None
+    per_turn, wall, cpu = asyncio.run(run(f"sqlite:///{db}", args.turns, args.chunk_chars, wal))
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     size = sum(p.stat().st_size for p in tmp.iterdir()) / 2**20
     first = statistics.mean(per_turn[:100]) * 1000
