@@ -1012,6 +1012,9 @@ class SqlReadStore:
         "updated_seq FROM pico_tasks "
     )
 
+    _TASK_LIVE = _TASK + "INDEXED BY pico_tasks_live "
+    _TASK_LIVE_BY_CONVERSATION = _TASK + "INDEXED BY pico_tasks_live_conversation "
+
     @staticmethod
     def _task(r: Any) -> TaskRow:
         return TaskRow(
@@ -1055,8 +1058,13 @@ class SqlReadStore:
                 return []
             where.append(f"conversation_id IN ({self._marks(len(conversation_ids))})")
             params.extend(conversation_ids)
+        head = self._TASK
         if live is True or (live is None and role is not None and role != "terminal"):
             where.append("role <> 'terminal'")  # the partial index's predicate
+            if not self._pg:
+                # Without statistics SQLite rates the full (conversation, id) index as good
+                # as the partial one and would walk a conversation's whole task history.
+                head = self._TASK_LIVE_BY_CONVERSATION if conversation_ids else self._TASK_LIVE
         elif live is False:
             where.append("role = 'terminal'")
         filters = (
@@ -1065,7 +1073,7 @@ class SqlReadStore:
             ("foreground = ?", foreground),
             ("abort_requested = ?", abort_requested),
         )
-        rows = self._id_page(self._TASK, where, params, filters, gt, lt, order, limit)
+        rows = self._id_page(head, where, params, filters, gt, lt, order, limit)
         return [self._task(r) for r in rows]
 
     def owned_conversations(self, conversation_id: int) -> list[int]:

@@ -1,0 +1,68 @@
+"""Routine live-task reads never walk terminal history (§7, §10.3), checked on SQLite by
+the work the database does: VM steps stay flat while terminal history grows tenfold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pico
+from tests.taskdefs import definitions
+
+
+def _steps(conn: Any, read: Any) -> int:
+    count = 0
+
+    def tick() -> int:
+        nonlocal count
+        count += 1
+        return 0
+
+    conn.set_progress_handler(tick, 1)
+    try:
+        read()
+    finally:
+        conn.set_progress_handler(None, 1)
+    return count
+
+
+async def _history(h: pico.Harness, conversation_id: int, n: int) -> None:
+    def build(tx: pico.Command) -> None:
+        for _ in range(n):
+            tid = tx.create_task(conversation_id, "job", state={"command": "true"})
+            tx.patch_task(tid, status="killed")
+
+    await h.command(build)
+
+
+async def test_live_scans_of_a_conversation_stay_flat_as_its_terminal_history_grows(
+    tmp_path: Path,
+) -> None:
+    h = await pico.Harness.open(
+        f"sqlite:///{tmp_path / 'plans.db'}", session="plans", definitions=definitions()
+    )
+    c = await h.root()
+    live = await h.command(
+        lambda tx: tx.create_task(c.id, "job", state={"command": "x"}, foreground=True)
+    )
+    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
+    tasks = h._line.storage.tasks
+
+    def scans() -> None:
+        for query in (
+            {"conversation_ids": [c.id], "live": True},
+            {"conversation_ids": [c.id], "live": True, "foreground": True},
+            {"conversation_ids": [c.id], "role": "ready"},
+            {"live": True},
+            {"role": "ready"},
+        ):
+            assert [t.id for t in tasks.scan_tasks(**query).items] == [live]
+
+    await _history(h, c.id, 200)
+    small = _steps(conn, scans)
+    await _history(h, c.id, 1800)
+    large = _steps(conn, scans)
+    # Check: 10x the terminal history, (almost) the same work. A plan through the full
+    # (conversation, id) index walks every terminal row: ~10x the steps.
+    assert large < small * 1.3, (small, large)
+    await h.close()
