@@ -307,13 +307,13 @@ class Scheduler:
             if not running and next_timer is None:
                 changed.cancel()
                 return "suspended"
-            waits: list[asyncio.Future[Any]] = [changed]
             timer = None
-            if next_timer is not None:
-                timer = asyncio.ensure_future(self.clock.sleep_until(next_timer))
-                waits.append(timer)
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if next_timer is None:
+                    await changed  # the common case: no timer to race
+                else:
+                    timer = asyncio.ensure_future(self.clock.sleep_until(next_timer))
+                    await asyncio.wait([changed, timer], return_when=asyncio.FIRST_COMPLETED)
             finally:
                 if timer is not None and not timer.done():
                     timer.cancel()
