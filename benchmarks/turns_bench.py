@@ -5,6 +5,8 @@ database bytes, and the cost of the last 100 turns against the first 100.
     python -m benchmarks.turns_bench                  # 2,000 turns
     python -m benchmarks.turns_bench --turns 300      # quick
     python -m benchmarks.turns_bench --series         # also per-100-turn means + WAL size
+    python -m benchmarks.turns_bench --memory         # the same on the memory backend (no
+                                                      # database, as the seed's spike ran)
 
 Prints Markdown (also benchmarks/results/turns.md).
 """
@@ -80,19 +82,22 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=2000)
     ap.add_argument("--chunk-chars", type=int, default=16)
     ap.add_argument("--series", action="store_true", help="print per-100-turn means")
+    ap.add_argument("--memory", action="store_true", help="the memory backend, no database")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pico-turns-"))
     db = tmp / "turns.db"
     wal = tmp / "turns.db-wal" if args.series else None
-    per_turn, wall, cpu = asyncio.run(run(f"sqlite:///{db}", args.turns, args.chunk_chars, wal))
+    url = "memory://turns-bench" if args.memory else f"sqlite:///{db}"
+    per_turn, wall, cpu = asyncio.run(run(url, args.turns, args.chunk_chars, wal))
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     size = sum(p.stat().st_size for p in tmp.iterdir()) / 2**20
     first = statistics.mean(per_turn[:100]) * 1000
     last = statistics.mean(per_turn[-100:]) * 1000
     report = "\n".join(
         [
-            f"{args.turns:,} faux turns, two tools per turn, one conversation, SQLite "
-            f"(process durability), text streamed in {args.chunk_chars}-character frames",
+            f"{args.turns:,} faux turns, two tools per turn, one conversation, "
+            + ("memory backend" if args.memory else "SQLite (process durability)")
+            + f", text streamed in {args.chunk_chars}-character frames",
             "",
             "| wall s | CPU s | peak RSS MiB | database + WAL MiB | first 100 turns ms/turn | "
             "last 100 turns ms/turn | last/first |",
@@ -103,7 +108,7 @@ def main() -> None:
     )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "turns.md").write_text(report + "\n")
+    (out / ("turns-memory.md" if args.memory else "turns.md")).write_text(report + "\n")
     print(report)
 
 
