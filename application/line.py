@@ -63,6 +63,7 @@ class CommandLine:
         self._lock = asyncio.Lock()
         self._cache: OrderedDict[int, Conversation] = OrderedDict()
         self._task_cache: OrderedDict[int, Task] = OrderedDict()
+        self._building: Command | None = None
         self.definitions = definitions or TaskRegistry()
         # Called after every durable commit (the scheduler wakes its drives).
         self.on_commit: Callable[[], None] | None = None
@@ -142,6 +143,15 @@ class CommandLine:
         self._remember_task(loaded)
         return loaded
 
+    def committed_role(self, task_id: int) -> str | None:
+        """The role of a task as this line last committed it, if it is cached (the owner is
+        the only writer, so a cached terminal task is terminal in storage too)."""
+        building = self._building
+        if building is not None and task_id in building.touched_tasks:
+            return None  # an (async) build in progress holds uncommitted changes to it
+        task = self._task_cache.get(task_id)
+        return None if task is None else task.role
+
     def _remember_task(self, task: Task) -> None:
         self._task_cache[task.task_id] = task
         self._task_cache.move_to_end(task.task_id)
@@ -160,7 +170,7 @@ class CommandLine:
     ) -> T:
         async with self._lock:
             self.check_usable(write=True)
-            tx = Command(self, working=working)
+            tx = self._building = Command(self, working=working)
             try:
                 # Every read of the builder sees one committed snapshot (§7.3).
                 with self.storage.snapshot():
@@ -171,6 +181,7 @@ class CommandLine:
                 self._discard(tx)
                 raise
             finally:
+                self._building = None
                 tx.seal()
             if tx.first is None or tx.last is None:
                 return result  # no mutations: nothing is committed

@@ -193,6 +193,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ scope
     def live_tasks(self, conversation_id: int | None) -> list[TaskSnapshot]:
+        return self._live(conversation_id)[0]
+
+    def _live(self, conversation_id: int | None) -> tuple[list[TaskSnapshot], set[int]]:
+        """The live tasks in scope, and the ids of every live task of the session."""
         tasks = self.line.storage.tasks
         out: list[TaskSnapshot] = []
         after: int | None = None
@@ -202,10 +206,11 @@ class Scheduler:
             if page.next is None:
                 break
             after = page.next
+        ids = {t.id for t in out}
         if conversation_id is None:
-            return out
+            return out, ids
         cache: dict[int, bool] = {}
-        return [t for t in out if self.in_tree(t.conversation_id, conversation_id, cache)]
+        return [t for t in out if self.in_tree(t.conversation_id, conversation_id, cache)], ids
 
     def in_tree(self, conversation_id: int, root: int, cache: dict[int, bool]) -> bool:
         """Is ``conversation_id`` ``root`` or owned (transitively) by work in it? Ancestor
@@ -243,8 +248,9 @@ class Scheduler:
             self.line.check_usable()
             changed = self._subscribe()
             with self.line.storage.snapshot():  # one snapshot for the whole pass
-                live = self.live_tasks(conversation_id)
-                deps = self._dependencies(live)
+                # A dependency is satisfied when terminal (§5.3): in this snapshot, exactly
+                # when it is not among the session's live tasks, so no dependency is read.
+                live, session_live = self._live(conversation_id)
                 owners_live = {
                     t.id for t in live if t.abort_requested and self._owns_live_work(t, live)
                 }
@@ -281,7 +287,7 @@ class Scheduler:
                         continue  # a marked owner settles after its child work (§6.5)
                     self._launch(task, "abort")
                 elif task.role == "ready":
-                    if not all(deps.get(d, "terminal") == "terminal" for d in task.after):
+                    if any(d in session_live for d in task.after):
                         continue
                     if task.required_permit is not None and task.required_permit not in allowed:
                         continue
@@ -328,13 +334,6 @@ class Scheduler:
         cache: dict[int, bool] = {}
         return any(t.id != task.id and self.in_tree(t.conversation_id, owned, cache) for t in live)
 
-    def _dependencies(self, live: list[TaskSnapshot]) -> dict[int, str]:
-        """Roles of every dependency named by a live task, in one batched read."""
-        wanted = {d for t in live for d in t.after}
-        if not wanted:
-            return {}
-        return {i: t.role for i, t in self.line.storage.tasks.get_tasks(list(wanted)).items()}
-
     @staticmethod
     def _finished(conversation_id: int | None, live: list[TaskSnapshot]) -> bool:
         if conversation_id is None:
@@ -374,7 +373,13 @@ class Scheduler:
             ctx = Execution(self, task, claim)
             handler = getattr(definition, claim.mode)
             await handler(task, ctx)
-            if claim.mode != "abort" and not self.closed:
+            if (
+                claim.mode != "abort"
+                and not self.closed
+                # A task this line just settled is terminal for good: nothing to check or
+                # abort, and no need to re-read it (the common end of an execution).
+                and self.line.committed_role(task.id) != "terminal"
+            ):
                 # Join, re-read, then abort under the SAME claim (§6.5).
                 current = ctx.current()
                 unchanged = (

@@ -67,6 +67,33 @@ async def test_dependencies_mean_terminal_not_successful(backend: Backend) -> No
     await h.close()
 
 
+async def test_a_live_dependency_outside_the_drives_scope_still_blocks(
+    backend: Backend,
+) -> None:
+    # A drive of an owned child conversation covers the child's subtree only; the
+    # dependency lives in the owner's conversation (same ownership tree, outside the
+    # drive's scope). Out of scope is not terminal: the task waits until it settles.
+    work = Scripted()
+    h = await _open(backend, work)
+    a = await h.root()
+
+    def graph(tx: Command) -> tuple[int, int, int]:
+        owner = tx.create_task(a.id, "work", status="waiting")
+        child = tx.create_owned_conversation(owner)
+        dep = tx.create_task(a.id, "work", status="waiting")
+        return child, dep, tx.create_task(child, "work", after=[dep], foreground=True)
+
+    child, dep, blocked = await h.command(graph)
+    work.on_recover = lambda task, ctx: asyncio.sleep(0)  # waiting tasks stay waiting
+    drive = pico.ConversationHandle(h, child).drive
+    assert await _bounded(drive()) == "suspended"  # nothing runnable in its scope
+    assert ("execute", blocked) not in work.calls
+    await h.command(lambda tx: tx.patch_task(dep, status="done"))
+    assert await _bounded(drive()) == "idle"
+    assert ("execute", blocked) in work.calls
+    await h.close()
+
+
 async def test_a_future_timer_is_waited_for_not_reported(backend: Backend) -> None:
     work = Scripted()
     clock = pico.FakeClock()
