@@ -92,13 +92,7 @@ class CommandLine:
         if loaded is not None:
             # §5.2/§6.6: validate live definitions before claiming or executing anything;
             # only live rows are read (the partial index), never terminal history.
-            after: int | None = None
-            while True:
-                page = storage.tasks.scan_tasks(live=True, after=after, limit=500)
-                registry.validate_live(page.items)
-                if page.next is None:
-                    break
-                after = page.next
+            registry.validate_live(storage.tasks.live_tasks())
         if not read_only:
             session.claim(owner=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid())
             storage.save([session])

@@ -197,15 +197,7 @@ class Scheduler:
 
     def _live(self, conversation_id: int | None) -> tuple[list[TaskSnapshot], set[int]]:
         """The live tasks in scope, and the ids of every live task of the session."""
-        tasks = self.line.storage.tasks
-        out: list[TaskSnapshot] = []
-        after: int | None = None
-        while True:  # live rows only (partial index); terminal history is never read
-            page = tasks.scan_tasks(live=True, after=after, limit=500)
-            out.extend(page.items)
-            if page.next is None:
-                break
-            after = page.next
+        out = self.line.storage.tasks.live_tasks()  # never terminal history
         ids = {t.id for t in out}
         if conversation_id is None:
             return out, ids

@@ -610,6 +610,30 @@ class TaskQueries:
         head = meta.head if meta else 0
         return Page(tuple(_task(r) for r in rows), head, rows[-1].id if more and rows else None)
 
+    def live_tasks(self) -> list[TaskSnapshot]:
+        """Every live task of the session in id order (the scheduler's pass): partial-index
+        pages of 500 in one snapshot, never terminal history."""
+        out: list[TaskSnapshot] = []
+        after: int | None = None
+        with self.store.read():
+            while True:
+                rows = self.store.scan_task_rows(
+                    conversation_ids=None,
+                    live=True,
+                    role=None,
+                    kind=None,
+                    foreground=None,
+                    abort_requested=None,
+                    gt=after,
+                    lt=None,
+                    order="asc",
+                    limit=500,
+                )
+                out.extend(_task(r) for r in rows)
+                if len(rows) < 500:
+                    return out
+                after = rows[-1].id
+
     def owned_conversations(self, conversation_id: int) -> list[int]:
         with self.store.read():
             return self.store.owned_conversations(conversation_id)

@@ -243,3 +243,27 @@ async def test_opening_validates_live_definitions_before_claiming(backend: Backe
     h2 = await backend.open(definitions=definitions()[1:])
     assert (await h2.task(old_kind)).role == "terminal"  # type: ignore[union-attr]
     await h2.close()
+
+
+async def test_the_live_set_crosses_its_500_row_pages_and_skips_terminal_work(
+    backend: Backend,
+) -> None:
+    # The scheduler's pass and the open-time validation read live work in pages of 500:
+    # every page must be read, in id order, and terminal tasks never appear.
+    h = await _open(backend)
+    c = await h.root()
+
+    def many(tx: Command) -> list[int]:
+        ids = []
+        for i in range(1_100):
+            status = "exited" if i % 3 == 0 else "planned"
+            ids.append(tx.create_task(c.id, "job", state=JOB, status=status))
+        return [t for i, t in enumerate(ids) if i % 3]
+
+    live = await h.command(many)
+    assert len(live) > 500 * 1.4
+    assert [t.id for t in (await h.inspect())["ready"]] == live
+    await h.close()
+    h = await _open(backend)  # the open validates the whole live set, too
+    assert [t.id for t in (await h.inspect())["ready"]] == live
+    await h.close()
