@@ -361,32 +361,24 @@ class GenerationDefinition(TaskDefinition):
                     cid, "assistant", content, by_task_id=task.id, metadata={"usage": usage}
                 )
                 tx.append_context(cid, [entry])
-                waiting = queued(tx, cid, ("steer", "follow_up"))
-                if decision.action == "continue" and not waiting:
+                if decision.action == "continue" and not queued(tx, cid, ("steer", "follow_up")):
                     # The yield hook continues the SAME input group (§8.2); queued input
                     # would have taken precedence over this (possibly stale) decision.
                     nudge = tx.append_entry(
                         cid, "user", decision.message, metadata={"yield": True}, by_task_id=task.id
                     )
                     tx.append_context(cid, [nudge])
-                    tx.create_task(
+                    nxt = inputs
+                else:
+                    set_results(tx, inputs, {"status": "done", "entry_id": entry})
+                    # The answer boundary: safe writes, steering and follow-ups start a new
+                    # group.
+                    nxt = place(
+                        tx,
                         cid,
-                        "generation",
-                        foreground=True,
-                        spawned_by=task.id,
-                        state=generation_state(self.services, inputs, offered, state),
+                        ("write", "steer", "follow_up"),
+                        selection=self.services.queue_selection,
                     )
-                    tx.patch_task(task.id, status="done", state={**state, "usage": usage})
-                    tx.retire_working_scope(ctx.working_scope)
-                    return
-                set_results(tx, inputs, {"status": "done", "entry_id": entry})
-                # The answer boundary: safe writes, steering and follow-ups start a new group.
-                nxt = place(
-                    tx,
-                    cid,
-                    ("write", "steer", "follow_up"),
-                    selection=self.services.queue_selection,
-                )
                 if nxt:
                     tx.create_task(
                         cid,

@@ -591,6 +591,8 @@ class TaskQueries:
         limit: int = 100,
     ) -> Page[TaskSnapshot]:
         limit = _limit(limit)
+        if live is None and role is not None and role != "terminal":
+            live = True  # a live role lies in the live set: its indexes, never history
         with self.store.read():
             meta = self.store.meta()
             rows = self.store.scan_task_rows(

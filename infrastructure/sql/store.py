@@ -1059,7 +1059,7 @@ class SqlReadStore:
             where.append(f"conversation_id IN ({self._marks(len(conversation_ids))})")
             params.extend(conversation_ids)
         head = self._TASK
-        if live is True or (live is None and role is not None and role != "terminal"):
+        if live is True:
             where.append("role <> 'terminal'")  # the partial index's predicate
             if not self._pg:
                 # Without statistics SQLite rates the full (conversation, id) index as good
