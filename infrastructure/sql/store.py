@@ -379,13 +379,10 @@ _INSERT_TASK = (
     "after, foreground, spawned_by, owned_conversation_id, not_before, required_permit, "
     "abort_requested, updated_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)"
 )
+# A patch without new state (NULL) keeps the stored state.
 _PATCH_TASK = (
-    "UPDATE pico_tasks SET status = ?, role = ?, after = ?, not_before = ?, "
-    "required_permit = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
-)
-_PATCH_TASK_STATE = (
-    "UPDATE pico_tasks SET status = ?, role = ?, state = ?, after = ?, not_before = ?, "
-    "required_permit = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
+    "UPDATE pico_tasks SET status = ?, role = ?, state = COALESCE(?, state), after = ?, "
+    "not_before = ?, required_permit = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
 )
 _MARK_ABORT = (
     "UPDATE pico_tasks SET abort_requested = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
@@ -545,35 +542,20 @@ class SqlProjectionWriter:
                 )
             elif isinstance(op, PatchTask):
                 after = json.dumps(list(op.after))
-                if op.state is None:
-                    self._x(
-                        _PATCH_TASK,
-                        (
-                            op.status,
-                            op.role,
-                            after,
-                            op.not_before,
-                            op.required_permit,
-                            op.seq,
-                            sid,
-                            op.task_id,
-                        ),
-                    )
-                else:
-                    self._x(
-                        _PATCH_TASK_STATE,
-                        (
-                            op.status,
-                            op.role,
-                            op.state,
-                            after,
-                            op.not_before,
-                            op.required_permit,
-                            op.seq,
-                            sid,
-                            op.task_id,
-                        ),
-                    )
+                self._x(
+                    _PATCH_TASK,
+                    (
+                        op.status,
+                        op.role,
+                        op.state,
+                        after,
+                        op.not_before,
+                        op.required_permit,
+                        op.seq,
+                        sid,
+                        op.task_id,
+                    ),
+                )
             elif isinstance(op, MarkTaskAbort):
                 self._x(_MARK_ABORT, (True, op.seq, sid, op.task_id))
             elif isinstance(op, LinkOwned):
