@@ -42,7 +42,9 @@ class Conversation(Aggregate):
         calls: dict[str, list[str]]
         answers: dict[str, str]
 
-    class EntryAppended(Aggregate.Event):
+    # The two per-entry events apply themselves and are triggered directly: the @event
+    # decorator's argument binding cost ~5% of a small command (2,000-turn benchmark).
+    class EntryAppended(Aggregate.Event):  # the aggregate keeps no per-entry state
         conversation_id: int
         seq: int
         kind: str
@@ -58,6 +60,11 @@ class Conversation(Aggregate):
         revision: int
         calls: dict[str, list[str]]
         answers: dict[str, str]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.context.extend(self.ids)
+            aggregate.newest = self.ids[-1]
+            aggregate._select(self.ids, self.calls, self.answers)
 
     class ContextPrefixReplaced(Aggregate.Event):
         conversation_id: int
@@ -203,7 +210,8 @@ class Conversation(Aggregate):
         self._check_live()
         if not isinstance(kind, str) or not kind:
             raise ContextEditError(self.conversation_id, "an entry needs a non-empty kind")
-        self._entry_appended(
+        self.trigger_event(
+            self.EntryAppended,
             conversation_id=self.conversation_id,
             seq=seq,
             kind=kind,
@@ -244,7 +252,8 @@ class Conversation(Aggregate):
                 delta.calls[str(entry_id)] = list(ref.tool_calls)
                 for call in ref.tool_calls:
                     open_calls[call] = entry_id
-        self._context_appended(
+        self.trigger_event(
+            self.ContextAppended,
             conversation_id=self.conversation_id,
             seq=seq,
             ids=list(ids),
@@ -431,33 +440,6 @@ class Conversation(Aggregate):
     def _drop_exchange(self, removed: Sequence[int]) -> None:
         for entry_id in removed:
             self.exchange_of.pop(str(entry_id), None)
-
-    @event(EntryAppended)
-    def _entry_appended(
-        self,
-        conversation_id: int,
-        seq: int,
-        kind: str,
-        content: str,
-        metadata: str | None,
-        key: str | None,
-        by_task_id: int | None,
-    ) -> None:
-        pass
-
-    @event(ContextAppended)
-    def _context_appended(
-        self,
-        conversation_id: int,
-        seq: int,
-        ids: list[int],
-        revision: int,
-        calls: dict[str, list[str]],
-        answers: dict[str, str],
-    ) -> None:
-        self.context.extend(ids)
-        self.newest = ids[-1]
-        self._select(ids, calls, answers)
 
     @event(ContextPrefixReplaced)
     def _context_prefix_replaced(

@@ -46,9 +46,34 @@ def _check(value: Any, path: str, depth: int) -> None:
     )
 
 
+def _valid(value: Any, depth: int) -> bool:
+    """The common case of ``_check`` without building paths: exact built-in types only
+    (anything else, e.g. a str subclass or a bad value, takes ``_check`` for the verdict
+    and the message)."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return True
+    if t is float:
+        return math.isfinite(value)
+    if depth >= _MAX_DEPTH:
+        return False
+    if t is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _valid(item, depth + 1):
+                return False
+        return True
+    if t is list:
+        for item in value:  # noqa: SIM110 - a loop, not all(<genexpr>): this is the hot path
+            if not _valid(item, depth + 1):
+                return False
+        return True
+    return False
+
+
 def dumps(value: Any, *, what: str = "payload") -> str:
     """Validate ``value`` as strict JSON and return its canonical text."""
-    _check(value, what, 0)
+    if not _valid(value, 0):
+        _check(value, what, 0)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

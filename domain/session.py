@@ -31,16 +31,23 @@ class Session(Aggregate):
         host: str
         pid: int
 
+    # The per-command events below apply themselves and are triggered directly: the @event
+    # decorator's argument binding cost ~5% of a small command (2,000-turn benchmark).
     class Committed(Aggregate.Event):
         first: int
         last: int
         scope: str
 
+        def apply(self, aggregate: Any) -> None:
+            aggregate.head = self.last
+            if self.scope == MAIN:
+                aggregate.main_head = self.last
+
     class RootDesignated(Aggregate.Event):
         conversation_id: int
 
     # Session-scoped state: sticky, one current value or list per address.
-    class ValueSet(Aggregate.Event):
+    class ValueSet(Aggregate.Event):  # applied by projections only
         seq: int
         namespace: str
         key: str
@@ -94,7 +101,7 @@ class Session(Aggregate):
                 f"session {self.session_id!r}: batch [{first}, {last}] does not follow the "
                 f"high-water mark {self.head}"
             )
-        self._committed(first=first, last=last, scope=scope)
+        self.trigger_event(self.Committed, first=first, last=last, scope=scope)
 
     def designate_root(self, conversation_id: int) -> None:
         if self.root_id is not None:
@@ -104,7 +111,7 @@ class Session(Aggregate):
         self._root_designated(conversation_id=conversation_id)
 
     def set_value(self, *, seq: int, namespace: str, key: str, value: str) -> None:
-        self._value_set(seq=seq, namespace=namespace, key=key, value=value)
+        self.trigger_event(self.ValueSet, seq=seq, namespace=namespace, key=key, value=value)
 
     def delete_value(self, *, seq: int, namespace: str, key: str) -> None:
         self._value_deleted(seq=seq, namespace=namespace, key=key)
@@ -117,11 +124,7 @@ class Session(Aggregate):
 
     def retire_working_scope(self, *, seq: int, scope: str) -> None:
         """Main retirement ends a working scope's lifetime; storage reclaims its rows."""
-        self._working_scope_retired(seq=seq, scope=scope)
-
-    @event(ValueSet)
-    def _value_set(self, seq: int, namespace: str, key: str, value: str) -> None:
-        pass
+        self.trigger_event(self.WorkingScopeRetired, seq=seq, scope=scope)
 
     @event(ValueDeleted)
     def _value_deleted(self, seq: int, namespace: str, key: str) -> None:
@@ -135,19 +138,9 @@ class Session(Aggregate):
     def _list_cleared(self, seq: int, namespace: str, key: str) -> None:
         pass
 
-    @event(WorkingScopeRetired)
-    def _working_scope_retired(self, seq: int, scope: str) -> None:
-        pass
-
     @event(Claimed)
     def _claimed(self, owner: str, host: str, pid: int) -> None:
         self.owner = owner
-
-    @event(Committed)
-    def _committed(self, first: int, last: int, scope: str) -> None:
-        self.head = last
-        if scope == MAIN:
-            self.main_head = last
 
     @event(RootDesignated)
     def _root_designated(self, conversation_id: int) -> None:

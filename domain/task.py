@@ -50,6 +50,15 @@ class Task(Aggregate):
         not_before: float | None
         required_permit: str | None
 
+        # Applies itself and is triggered directly (Task.patch): the @event decorator's
+        # argument binding cost ~5% of a small command (2,000-turn benchmark).
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = self.status
+            aggregate.role = self.role
+            aggregate.after = list(self.after)
+            aggregate.not_before = self.not_before
+            aggregate.required_permit = self.required_permit
+
     class AbortRequested(Aggregate.Event):
         """Durable cancellation membership (§6.4); survives restart, never shrinks."""
 
@@ -125,7 +134,8 @@ class Task(Aggregate):
             raise TerminalTaskError(self.task_id, self.status)
         if role not in ROLES:
             raise CommandRejectedError(f"task role must be one of {ROLES}, not {role!r}")
-        self._patched(
+        self.trigger_event(
+            self.Patched,
             task_id=self.task_id,
             seq=seq,
             status=status,
@@ -153,24 +163,6 @@ class Task(Aggregate):
         self._owned_conversation_linked(
             task_id=self.task_id, seq=seq, conversation_id=conversation_id
         )
-
-    @event(Patched)
-    def _patched(
-        self,
-        task_id: int,
-        seq: int,
-        status: str,
-        role: str,
-        state: str | None,
-        after: list[int],
-        not_before: float | None,
-        required_permit: str | None,
-    ) -> None:
-        self.status = status
-        self.role = role
-        self.after = list(after)
-        self.not_before = not_before
-        self.required_permit = required_permit
 
     @event(AbortRequested)
     def _abort_requested(self, task_id: int, seq: int) -> None:

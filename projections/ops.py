@@ -269,7 +269,39 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             commit_end = e.last
     ops: list[RowOp] = []
     for e in ordered:
-        if isinstance(e, Conversation.EntryAppended):
+        # Most frequent first: every command commits, most patch or create a task.
+        if isinstance(e, Session.Committed):
+            ops.append(PutCommit(e.first, e.last, e.scope))
+        elif isinstance(e, Task.Patched):
+            ops.append(
+                PatchTask(
+                    e.task_id,
+                    e.seq,
+                    e.status,
+                    e.role,
+                    e.state,
+                    tuple(e.after),
+                    e.not_before,
+                    e.required_permit,
+                )
+            )
+        elif isinstance(e, Task.Created):
+            ops.append(
+                PutTask(
+                    e.task_id,
+                    e.conversation_id,
+                    e.kind,
+                    e.status,
+                    e.role,
+                    e.state,
+                    tuple(e.after),
+                    e.foreground,
+                    e.spawned_by,
+                    e.not_before,
+                    e.required_permit,
+                )
+            )
+        elif isinstance(e, Conversation.EntryAppended):
             ops.append(
                 PutEntry(
                     e.seq,
@@ -311,41 +343,10 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             ops.extend(_session_state(e))
         elif isinstance(e, Session.WorkingScopeRetired):
             ops.append(RetireWorking(e.scope, e.seq))
-        elif isinstance(e, Task.Created):
-            ops.append(
-                PutTask(
-                    e.task_id,
-                    e.conversation_id,
-                    e.kind,
-                    e.status,
-                    e.role,
-                    e.state,
-                    tuple(e.after),
-                    e.foreground,
-                    e.spawned_by,
-                    e.not_before,
-                    e.required_permit,
-                )
-            )
-        elif isinstance(e, Task.Patched):
-            ops.append(
-                PatchTask(
-                    e.task_id,
-                    e.seq,
-                    e.status,
-                    e.role,
-                    e.state,
-                    tuple(e.after),
-                    e.not_before,
-                    e.required_permit,
-                )
-            )
         elif isinstance(e, Task.AbortRequested):
             ops.append(MarkTaskAbort(e.task_id, e.seq))
         elif isinstance(e, Task.OwnedConversationLinked):
             ops.append(LinkOwned(e.task_id, e.seq, e.conversation_id))
-        elif isinstance(e, Session.Committed):
-            ops.append(PutCommit(e.first, e.last, e.scope))
         elif isinstance(e, Session.Claimed):
             ops.append(PutClaim(e.owner))
         elif isinstance(e, Session.RootDesignated):

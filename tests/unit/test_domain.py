@@ -99,6 +99,29 @@ def test_strict_json_rejects_what_is_not_json(bad: object) -> None:
         dumps(bad)
 
 
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class _Text(str):
+    pass
+
+
+def test_strict_json_fast_path_agrees_with_the_checker_at_its_edges() -> None:
+    # The path-free fast check hands every doubtful value to the full checker: the
+    # depth limit, nested bad values and built-in subclasses keep their verdict and message.
+    assert dumps(_nested(200)).startswith("[" * 200)  # nesting 200 deep is allowed
+    with pytest.raises(InvalidJsonError, match="deeper than 200"):
+        dumps(_nested(201))
+    with pytest.raises(InvalidJsonError, match=r"payload\.a\[1\]: nan"):
+        dumps({"a": [1, float("nan")]})
+    assert dumps({"k": _Text("v")}) == '{"k":"v"}'  # a str subclass is still a string
+    assert dumps([True, None, 1.5, "x"]) == '[true,null,1.5,"x"]'
+
+
 def test_strict_json_copies() -> None:
     value = {"a": [1, {"b": None}]}
     copy = strict_json(value)
