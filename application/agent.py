@@ -390,7 +390,7 @@ class GenerationDefinition(TaskDefinition):
             tx.patch_task(task.id, status="done", state={**state, "usage": usage})
             tx.retire_working_scope(ctx.working_scope)
 
-        await ctx.command(settle)
+        await ctx.command(settle, defer=True)
 
     async def _failed_attempt(
         self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], error: ProviderError
@@ -767,7 +767,7 @@ class ToolTaskDefinition(TaskDefinition):
                 task.id, status=status, state={**state, "result_entry": entry, **(control or {})}
             )
 
-        await ctx.command(settle)
+        await ctx.command(settle, defer=True)
 
     async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
         state = _state(task)
@@ -861,7 +861,7 @@ class PostToolsDefinition(TaskDefinition):
                 )
             tx.patch_task(task.id, status="done")
 
-        await ctx.command(join)
+        await ctx.command(join, defer=True)
 
     async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
         await self.execute(task, ctx)

@@ -490,7 +490,9 @@ class ConversationHandle:
 
         return await self.harness.command(build)
 
-    async def _admit(self, input: JsonValue, mode: str, request_id: str | None) -> int:
+    async def _admit(
+        self, input: JsonValue, mode: str, request_id: str | None, *, defer: bool = False
+    ) -> int:
         services = self.harness.services
         if services is None:
             raise CommandRejectedError(
@@ -541,10 +543,14 @@ class ConversationHandle:
             )
             return input_id
 
+        if defer:
+            return await self.harness._line.run(build, defer=True)
         return await self.harness.command(build)
 
     async def result(self, input_id: int) -> InputResult | None:
-        """The outcome of an accepted input (§8.1), or None if no such input."""
+        """The outcome of an accepted input (§8.1), or None if no such input. Only a
+        durable outcome is reported: deferred settlements are committed first."""
+        self.harness._line.flush()
         stored = await self.harness.get_value(input_result_address(input_id))
         if not isinstance(stored, dict):
             return None
@@ -561,7 +567,9 @@ class ConversationHandle:
     ) -> tuple[int, InputResult | None]:
         """Accept, drive while observing that input, and return its result: terminal, or
         running/queued when progress suspends or closes. Never another input's answer."""
-        input_id = await self.accept(input, request_id=request_id)
+        # The acceptance is group-committed with the turn's first durable command (the
+        # generation's intent, before the provider is called) or the drive's return.
+        input_id = await self._admit(input, "follow_up", request_id, defer=True)
         await self.drive(permits=permits)
         return input_id, await self.result(input_id)
 

@@ -7,6 +7,7 @@ each command as ONE atomic save and faults the handle when persistence is uncert
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import socket
@@ -44,6 +45,10 @@ T = TypeVar("T")
 #: Conversations kept in memory by the owner; others reload (from snapshots) on demand.
 CACHE_SIZE = 256
 
+#: A deferred command (``run(..., defer=True)``) is committed at the latest this many
+#: seconds after it, unless a durable command, a drive's return or ``close`` commits it first.
+FLUSH_WINDOW = 0.002
+
 
 class CommandLine:
     def __init__(
@@ -65,8 +70,11 @@ class CommandLine:
         self._task_cache: OrderedDict[int, Task] = OrderedDict()
         self._building: Command | None = None
         self.definitions = definitions or TaskRegistry()
-        # Called after every durable commit (the scheduler wakes its drives).
+        # Called after every commit (the scheduler wakes its drives).
         self.on_commit: Callable[[], None] | None = None
+        # Group commit: commands saved with defer=True and not yet flushed.
+        self.pending = False
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -160,8 +168,21 @@ class CommandLine:
 
     # ------------------------------------------------------------------ commands
     async def run(
-        self, build: Callable[[Any], T | Awaitable[T]], *, working: WorkingScope | None = None
+        self,
+        build: Callable[[Any], T | Awaitable[T]],
+        *,
+        working: WorkingScope | None = None,
+        defer: bool = False,
     ) -> T:
+        """Build and persist one command atomically.
+
+        ``defer=True`` is group commit for commands nothing outside the process waits on
+        (settlements the scheduler carries on from): the command is saved and published
+        at once, and it becomes durable with the next durable command, ``flush``, a
+        drive's return, or at the latest after ``FLUSH_WINDOW``. A crash before then
+        loses it together with every later command, never alone (batches are prefixes).
+        Commands that precede an effect (a provider call, a tool run) or answer a caller
+        must not defer."""
         async with self._lock:
             self.check_usable(write=True)
             tx = self._building = Command(self, working=working)
@@ -179,7 +200,7 @@ class CommandLine:
                 tx.seal()
             if tx.first is None or tx.last is None:
                 return result  # no mutations: nothing is committed
-            self._persist(tx)
+            self._persist(tx, defer=defer)
             return result
 
     def run_sync(self, build: Callable[[Command], T]) -> T:
@@ -205,7 +226,7 @@ class CommandLine:
         for tid in tx.touched_tasks:
             self._task_cache.pop(tid, None)
 
-    def _persist(self, tx: Command) -> None:
+    def _persist(self, tx: Command, *, defer: bool = False) -> None:
         assert tx.first is not None and tx.last is not None
         scope = MAIN if tx.working is None else tx.working.scope_id
         try:
@@ -223,7 +244,7 @@ class CommandLine:
             self.session,
         ]
         try:
-            self.storage.save(aggregates, working=tx.working_writes)
+            self.storage.save(aggregates, working=tx.working_writes, defer=defer)
         except StaleWriterError:
             self._fault("another owner claimed the session")
             raise
@@ -234,8 +255,47 @@ class CommandLine:
             self._remember(conv)
         for task in tx.touched_tasks.values():
             self._remember_task(task)
+        if defer:
+            self.pending = True
+            if self._flush_timer is None:
+                self._flush_timer = asyncio.get_running_loop().call_later(
+                    FLUSH_WINDOW, self._flush_due
+                )
+        else:
+            self._settled()
         if self.on_commit is not None and (tx.touched_tasks or tx.session_ops):
             self.on_commit()  # only task changes can change what a drive may run
+
+    def flush(self) -> None:
+        """Make every deferred command durable; a failure faults the handle (they are
+        uncertain) and raises ``PersistenceUncertainError``."""
+        if not self.pending:
+            return
+        self._settled()
+        try:
+            self.storage.flush()
+        except BaseException as exc:
+            self._fault(f"uncertain persistence: {exc!r}")
+            raise PersistenceUncertainError(self.session_id, exc) from exc
+
+    def _settled(self) -> None:
+        self.pending = False
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        if not self.pending or self.closed or self.faulted is not None:
+            return
+        if self._lock.locked():  # a command is building: its persist (or the next) flushes
+            self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_WINDOW, self._flush_due)
+            return
+        try:
+            self.flush()
+        except PersistenceUncertainError:
+            if self.on_commit is not None:
+                self.on_commit()  # wake drives: they find the handle faulted
 
     def _reload_session(self) -> None:
         loaded = self.storage.load(session_uuid(self.session_id))
@@ -245,6 +305,7 @@ class CommandLine:
         self.session = loaded
 
     def _fault(self, reason: str) -> None:
+        self._settled()  # the failed save or flush rolled back every deferred command
         self.faulted = reason
         self._cache.clear()
         self._task_cache.clear()
@@ -254,6 +315,10 @@ class CommandLine:
 
     def close(self) -> None:
         if not self.closed:
+            if self.faulted is None:
+                with contextlib.suppress(PersistenceUncertainError):  # faulted; closing anyway
+                    self.flush()
+            self._settled()
             self.closed = True
             self._cache.clear()
             self.storage.close()

@@ -139,6 +139,10 @@ class Storage(Protocol):
     ``save`` persists all pending events of the given aggregates and their projected
     read-model rows in ONE transaction. It raises ``StaleWriterError`` when another owner
     claimed the session (nothing stored); any other exception means the outcome is unknown.
+
+    With ``defer=True`` the transaction may stay open for the next save to join (group
+    commit); the session's own reads see it at once, ``flush`` makes it durable, and a
+    failure of any later save or flush leaves every deferred save uncertain too.
     """
 
     session_id: str
@@ -152,8 +156,13 @@ class Storage(Protocol):
 
     def load(self, aggregate_id: UUID) -> Aggregate | None: ...
     def save(
-        self, aggregates: Sequence[Aggregate], *, working: Sequence[StateWrite] = ()
+        self,
+        aggregates: Sequence[Aggregate],
+        *,
+        working: Sequence[StateWrite] = (),
+        defer: bool = False,
     ) -> None: ...
+    def flush(self) -> None: ...
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]: ...
     def replay(self) -> Iterator[list[Any]]: ...
     def close(self) -> None: ...

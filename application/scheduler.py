@@ -100,14 +100,19 @@ class Execution:
         assert found is not None
         return found
 
-    async def command(self, build: Callable[[Command], T | Awaitable[T]]) -> T:
-        """Run a command as this execution; refused when the claim is gone."""
+    async def command(
+        self, build: Callable[[Command], T | Awaitable[T]], *, defer: bool = False
+    ) -> T:
+        """Run a command as this execution; refused when the claim is gone.
+
+        ``defer=True`` (group commit, ``CommandLine.run``) is for a settlement that no
+        effect waits on; an intent before a provider call or tool run must stay durable."""
         if self._scheduler.executing.get(self.task_id) is not self._claim:
             raise StaleExecutionError(
                 f"task {self.task_id}: this {self.mode} execution has ended; a late callback "
                 "cannot write through it"
             )
-        return await self._scheduler.line.run(build)
+        return await self._scheduler.line.run(build, defer=defer)
 
     def observe(
         self,
@@ -231,6 +236,14 @@ class Scheduler:
     async def drive(
         self, conversation_id: int | None = None, *, permits: Iterable[str] = ()
     ) -> DriveOutcome:
+        try:
+            return await self._drive(conversation_id, permits)
+        finally:
+            # What a drive returns to its caller is durable: deferred settlements commit.
+            if not self.line.closed:
+                self.line.flush()
+
+    async def _drive(self, conversation_id: int | None, permits: Iterable[str]) -> DriveOutcome:
         allowed = frozenset(permits)
         while True:
             if self.closed:

@@ -49,6 +49,7 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
     commits: list[tuple[str, list[int]]] = []
     real_run = CommandLine.run
     real_tx = store.RawWriter.transaction
+    real_flush = store.RawWriter.flush
     real_pragmas = store._sqlite_pragmas
 
     def pragmas(engine: Any, synchronous: str, *, begin: str) -> None:
@@ -67,12 +68,26 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
 
         return await real_run(self, named, **kw)
 
-    def transaction(self: store.RawWriter, work: Callable[[Any], None]) -> None:
-        before = wal.stat().st_size if wal.exists() else 0
-        real_tx(self, work)
-        if recording:
+    batch: list[str] = []  # commands in the open (group-committed) transaction
+
+    def record(before: int) -> None:
+        after = wal.stat().st_size if wal.exists() else 0
+        if recording and after > before:
             data = wal.read_bytes()[max(before, WAL_HEADER) :]
-            commits.append((current[0], _frame_pages(data, page_size[0])))
+            commits.append((" + ".join(batch), _frame_pages(data, page_size[0])))
+        if after > before:
+            batch.clear()
+
+    def transaction(self: store.RawWriter, work: Callable[[Any], None], **kw: Any) -> None:
+        before = wal.stat().st_size if wal.exists() else 0
+        batch.append(current[0])
+        real_tx(self, work, **kw)
+        record(before)
+
+    def flush(self: store.RawWriter) -> None:
+        before = wal.stat().st_size if wal.exists() else 0
+        real_flush(self)
+        record(before)
 
     async def tool(args: JsonObject, ctx: pico.ToolContext) -> str:
         return f"contents of {args['path']}"
@@ -80,6 +95,7 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
     store._sqlite_pragmas = pragmas
     CommandLine.run = run  # type: ignore[method-assign]
     store.RawWriter.transaction = transaction  # type: ignore[method-assign]
+    store.RawWriter.flush = flush  # type: ignore[method-assign]
     try:
         provider = pico.FauxProvider(_script(turns), keep_requests=False)
         tools = [pico.Tool("read", "Read", SCHEMA, tool), pico.Tool("grep", "Grep", SCHEMA, tool)]
@@ -98,6 +114,7 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
         store._sqlite_pragmas = real_pragmas
         CommandLine.run = real_run  # type: ignore[method-assign]
         store.RawWriter.transaction = real_tx  # type: ignore[method-assign]
+        store.RawWriter.flush = real_flush  # type: ignore[method-assign]
     return [(name, [owners.get(p, "(page added since)") for p in pages]) for name, pages in commits]
 
 
@@ -120,6 +137,8 @@ def main() -> None:
         top = ", ".join(f"{o} {n}" for o, n in Counter(owners).most_common())
         print(f"| {name} | {len(owners)} | {top} |")
     print(f"\n{len(commits)} commits, {total} pages in the turn")
+    print("(a row naming several commands is one group commit: deferred settlements joined")
+    print(" by the next durable command or flush)")
 
 
 if __name__ == "__main__":

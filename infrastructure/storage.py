@@ -97,7 +97,13 @@ class EventSourcedStorage:
             raise StorageCorruptError(f"{aggregate_id} is not an aggregate")
         return aggregate
 
-    def save(self, aggregates: Sequence[Aggregate], *, working: Sequence[StateWrite] = ()) -> None:
+    def save(
+        self,
+        aggregates: Sequence[Aggregate],
+        *,
+        working: Sequence[StateWrite] = (),
+        defer: bool = False,
+    ) -> None:
         # Collected directly rather than through ProcessingEvent, whose runtime Protocol
         # checks cost ~15% of a small command; our aggregates are known Aggregates.
         events: list[Any] = []
@@ -110,22 +116,30 @@ class EventSourcedStorage:
         if working:
             ops.extend(project_working(working))
         try:
-            self.events.put(events, session_id=self.session_id, ops=ops)
+            self.events.put(events, session_id=self.session_id, ops=ops, defer=defer)
         except IntegrityError as exc:
             raise StaleWriterError(self.session_id) from exc
-        for aggregate, count in counts:
-            self._maybe_snapshot(aggregate, count)
+        due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
+        if due and defer:
+            # A snapshot is written on its own connection, after the batch it covers:
+            # commit the batch here, where a failure reaches the caller (it is uncertain).
+            self.flush()
+        for aggregate, _ in due:
+            self._snapshot(aggregate)
 
-    def _maybe_snapshot(self, aggregate: Aggregate, new_events: int) -> None:
-        version = aggregate.version
-        if (
-            new_events
-            and version // SNAPSHOT_INTERVAL != (version - new_events) // SNAPSHOT_INTERVAL
-        ):
-            try:
-                self.snapshots.put([aggregate.Snapshot.take(aggregate)])
-            except Exception:  # an optimisation only: a reload replays more events instead
-                log.warning("snapshot of %s at %d failed", aggregate.id, version, exc_info=True)
+    def flush(self) -> None:
+        """Make deferred saves durable (recorders without group commit have none)."""
+        flush = getattr(self.recorder, "flush", None)
+        if flush is not None:
+            flush()
+
+    def _snapshot(self, aggregate: Aggregate) -> None:
+        try:
+            self.snapshots.put([aggregate.Snapshot.take(aggregate)])
+        except Exception:  # an optimisation only: a reload replays more events instead
+            log.warning(
+                "snapshot of %s at %d failed", aggregate.id, aggregate.version, exc_info=True
+            )
 
     def _recorder(self) -> SessionRecorder:
         rec = self.recorder
@@ -181,6 +195,13 @@ class EventSourcedStorage:
         if self._on_close is not None:
             self._on_close()
             self._on_close = None
+
+
+def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
+    version = aggregate.version
+    return bool(new_events) and (
+        version // SNAPSHOT_INTERVAL != (version - new_events) // SNAPSHOT_INTERVAL
+    )
 
 
 # A saved batch ends with its boundary: a command's Committed, or an opening's Claimed.

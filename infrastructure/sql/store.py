@@ -9,6 +9,7 @@ WAL on SQLite, REPEATABLE READ on PostgreSQL).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,8 @@ from pico.projections.ops import (
 )
 from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
+log = logging.getLogger("pico.storage")
+
 __all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder"]
 
 
@@ -76,6 +79,11 @@ class SqlDatabase:
             self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
             self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
             self.loader = self.reader
+        # SQLite writers of this process holding a deferred (not yet committed) batch: any
+        # other connection about to take the write lock, or to read streams, commits
+        # them first (RawWriter.flush_pending), so one session's open batch can never
+        # block another's BEGIN IMMEDIATE on the same thread.
+        self.pending: set[RawWriter] = set()
         try:
             with self.writer.begin() as conn:
                 if self.dialect == "postgresql":
@@ -94,6 +102,16 @@ class SqlDatabase:
     def raw_writer(self) -> RawWriter:
         return RawWriter(self)
 
+    def flush_pending(self, *, but: RawWriter | None = None) -> None:
+        """Commit every deferred batch of this process's writers (on their own thread)."""
+        here = threading.get_ident()
+        for writer in list(self.pending):
+            if writer is not but and writer.thread == here:
+                try:
+                    writer.flush()
+                except Exception:  # recorded on that writer: its own session faults on it
+                    log.warning("group commit of another session failed", exc_info=True)
+
     def close(self) -> None:
         self.writer.dispose()
         for engine in {self.reader, self.loader}:
@@ -111,6 +129,11 @@ class RawWriter:
         self._integrity: type[Exception] = db.writer.dialect.loaded_dbapi.IntegrityError
         self.thread: int | None = None
         self._cache: dict[str, str] = {}
+        # A deferred batch: BEGIN IMMEDIATE issued, commands written, COMMIT not yet.
+        self.pending = False
+        # Why a deferred batch was lost (its COMMIT failed): every later write refuses, so
+        # the owning session faults at its next command instead of building on it.
+        self.lost: BaseException | None = None
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
@@ -129,42 +152,82 @@ class RawWriter:
         return self._fairy.driver_connection
 
     def idle_connection(self) -> Any | None:
-        """The writer's connection for a read on its own thread between transactions, or
+        """The writer's connection for a read on its own thread between transactions (or
+        inside its own deferred batch, whose writes the session's reads must see), or
         None. SQLite empties a connection's page cache whenever another connection has
         written, so the reader connections start every snapshot cold after each commit;
         the writer's own cache stays warm across its commits."""
         if not self.sqlite or self._fairy is None or self.thread != threading.get_ident():
             return None
         conn = self._fairy.driver_connection
-        return None if conn.in_transaction else conn
+        return conn if self.pending or not conn.in_transaction else None
 
-    def transaction(self, work: Callable[[Any], None]) -> None:
+    def transaction(self, work: Callable[[Any], None], *, defer: bool = False) -> None:
+        """Run ``work`` in the write transaction and commit it; with ``defer`` (SQLite
+        only) leave it open so the next transaction joins it (group commit: one COMMIT
+        for several commands; ``flush`` ends it). A failure rolls back the whole open
+        batch, deferred commands included: the caller must treat them as uncertain."""
+        if self.lost is not None:
+            raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
         conn = self.connection()
         cur = conn.cursor()
         try:
-            if self.sqlite:
+            if self.sqlite and not self.pending:
+                if self.db.pending:
+                    self.db.flush_pending(but=self)
                 cur.execute("BEGIN IMMEDIATE")
             work(cur)
-            if self.sqlite:
-                cur.execute("COMMIT")
-            else:
+            if not self.sqlite:
                 conn.commit()
+            elif defer:
+                self.pending = True
+                self.db.pending.add(self)
+            else:
+                self._end_batch()
+                cur.execute("COMMIT")
         except BaseException as exc:
-            try:
-                if self.sqlite:
-                    if conn.in_transaction:
-                        cur.execute("ROLLBACK")
-                else:
-                    conn.rollback()
-            except Exception:  # the connection is gone: drop it, the caller faults
-                self.close()
+            self._end_batch()
+            self._rollback(conn, cur)
             if isinstance(exc, self._integrity):
                 raise IntegrityError(str(exc)) from exc
             raise
         finally:
             cur.close()
 
+    def flush(self) -> None:
+        """Commit the deferred batch, if any (a failure rolls it back and raises)."""
+        if self.lost is not None:
+            raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
+        if not self.pending:
+            return
+        self._end_batch()
+        conn = self.connection()
+        cur = conn.cursor()
+        try:
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            self.lost = exc
+            self._rollback(conn, cur)
+            raise
+        finally:
+            cur.close()
+
+    def _end_batch(self) -> None:
+        self.pending = False
+        self.db.pending.discard(self)
+
+    def _rollback(self, conn: Any, cur: Any) -> None:
+        try:
+            if self.sqlite:
+                if conn.in_transaction:
+                    cur.execute("ROLLBACK")
+            else:
+                conn.rollback()
+        except Exception:  # the connection is gone: drop it, the caller faults
+            self.close()
+
     def close(self) -> None:
+        self._end_batch()  # an unflushed batch is rolled back with its connection
         if self._fairy is not None:
             fairy, self._fairy = self._fairy, None
             try:
@@ -240,7 +303,7 @@ class SqlRecorder(AggregateRecorder):
             if ops:
                 SqlProjectionWriter(cur, self._writer.sql, session_id, self.db.dialect).apply(ops)
 
-        self._writer.transaction(write)
+        self._writer.transaction(write, defer=bool(kwargs.get("defer")))
         return None
 
     def select_events(
@@ -263,6 +326,8 @@ class SqlRecorder(AggregateRecorder):
         q = q.order_by(c.originator_version.desc() if desc else c.originator_version)
         if limit is not None:
             q = q.limit(limit)
+        if self._writer.pending:  # the loader must see every command this session ran
+            self._writer.flush()
         with self.db.loader.connect() as conn:
             return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
 
@@ -276,10 +341,15 @@ class SqlRecorder(AggregateRecorder):
             .order_by(c.id)
             .limit(limit)
         )
+        if self._writer.pending:
+            self._writer.flush()
         with self.db.loader.connect() as conn:
             return [
                 (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
             ]
+
+    def flush(self) -> None:
+        self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()
@@ -435,8 +505,50 @@ class SqlProjectionWriter:
         entries: list[tuple[Any, ...]] = []
         edits: list[tuple[Any, ...]] = []
         establish: set[tuple[Any, ...]] = set()
-        for op in ops:
-            if isinstance(op, PutEntry):
+        for op in ops:  # most frequent ops first
+            if isinstance(op, PutCommit):
+                self._x(_INSERT_COMMIT, (sid, op.last, op.first, op.scope))
+                if op.scope == "main":
+                    self._x(_HEAD_MAIN, (op.last, op.last, sid))
+                else:
+                    self._x(_HEAD, (op.last, sid))
+            elif isinstance(op, PatchTask):
+                after = json.dumps(list(op.after))
+                self._x(
+                    _PATCH_TASK,
+                    (
+                        op.status,
+                        op.role,
+                        op.state,
+                        after,
+                        op.not_before,
+                        op.required_permit,
+                        op.seq,
+                        sid,
+                        op.task_id,
+                    ),
+                )
+            elif isinstance(op, PutTask):
+                self._x(
+                    _INSERT_TASK,
+                    (
+                        sid,
+                        op.task_id,
+                        op.conversation_id,
+                        op.kind,
+                        op.status,
+                        op.role,
+                        op.state,
+                        json.dumps(list(op.after)),
+                        op.foreground,
+                        op.spawned_by,
+                        op.not_before,
+                        op.required_permit,
+                        False,
+                        op.task_id,
+                    ),
+                )
+            elif isinstance(op, PutEntry):
                 entries.append(
                     (
                         sid,
@@ -455,12 +567,6 @@ class SqlProjectionWriter:
                 edits.append(
                     self._edit(op.conversation_id, op.seq, "append", op.ids, 0, op.revision)
                 )
-            elif isinstance(op, PutCommit):
-                self._x(_INSERT_COMMIT, (sid, op.last, op.first, op.scope))
-                if op.scope == "main":
-                    self._x(_HEAD_MAIN, (op.last, op.last, sid))
-                else:
-                    self._x(_HEAD, (op.last, sid))
             elif isinstance(op, CreateConversation):
                 cid = op.conversation_id
                 self._x(
@@ -520,42 +626,6 @@ class SqlProjectionWriter:
             elif isinstance(op, RetireWorking):
                 self._x(_RETIRE_VALUES, (sid, op.scope, op.seq))
                 self._x(_RETIRE_ELEMENTS, (sid, op.scope, op.seq))
-            elif isinstance(op, PutTask):
-                self._x(
-                    _INSERT_TASK,
-                    (
-                        sid,
-                        op.task_id,
-                        op.conversation_id,
-                        op.kind,
-                        op.status,
-                        op.role,
-                        op.state,
-                        json.dumps(list(op.after)),
-                        op.foreground,
-                        op.spawned_by,
-                        op.not_before,
-                        op.required_permit,
-                        False,
-                        op.task_id,
-                    ),
-                )
-            elif isinstance(op, PatchTask):
-                after = json.dumps(list(op.after))
-                self._x(
-                    _PATCH_TASK,
-                    (
-                        op.status,
-                        op.role,
-                        op.state,
-                        after,
-                        op.not_before,
-                        op.required_permit,
-                        op.seq,
-                        sid,
-                        op.task_id,
-                    ),
-                )
             elif isinstance(op, MarkTaskAbort):
                 self._x(_MARK_ABORT, (True, op.seq, sid, op.task_id))
             elif isinstance(op, LinkOwned):
@@ -636,6 +706,9 @@ class SqlReadStore:
         # One held DBAPI connection per thread and an explicit read transaction: a pooled
         # SQLAlchemy checkout plus its BEGIN events cost more than most of these queries.
         conn: Any = None if self._writer is None else self._writer.idle_connection()
+        # Inside the writer's deferred batch the reads see its commands; it is already a
+        # transaction (never ended here: a ROLLBACK would drop the batch).
+        own = conn is not None and conn.in_transaction
         if conn is None:
             fairy: Any = getattr(self._local, "fairy", None)
             if fairy is None:
@@ -648,7 +721,7 @@ class SqlReadStore:
             conn = fairy.driver_connection
         cur = conn.cursor()
         try:
-            if not self._pg:
+            if not self._pg and not own:
                 cur.execute("BEGIN")  # deferred: a WAL snapshot from the first read
             self._local.cur = cur
             yield
@@ -657,7 +730,7 @@ class SqlReadStore:
             try:
                 if self._pg:
                     conn.rollback()
-                elif conn.in_transaction:
+                elif not own and conn.in_transaction:
                     cur.execute("ROLLBACK")
             finally:
                 cur.close()

@@ -41,12 +41,19 @@ class FaultyStorage:
         result: Aggregate | None = self.inner.load(aggregate_id)
         return result
 
-    def save(self, aggregates: Sequence[Aggregate], *, working: Sequence[Any] = ()) -> None:
+    def save(
+        self, aggregates: Sequence[Aggregate], *, working: Sequence[Any] = (), defer: bool = False
+    ) -> None:
         if self.fail == "before":
             raise OSError("disk unplugged before the write")
-        self.inner.save(aggregates, working=working)
+        self.inner.save(aggregates, working=working, defer=defer)
         if self.fail == "after":
             raise OSError("connection lost after the commit")
+
+    def flush(self) -> None:
+        if self.fail == "flush":
+            raise OSError("disk full at the group commit")
+        self.inner.flush()
 
     def audit(self, **kw: Any) -> Any:
         return self.inner.audit(**kw)

@@ -25,13 +25,13 @@ async def test_readers_never_see_half_a_commit(sql_backend: Backend) -> None:
     written, release = threading.Event(), threading.Event()
     real = writer.transaction
 
-    def paused(work: Any) -> None:
+    def paused(work: Any, **kw: Any) -> None:
         def inner(cur: Any) -> None:
             work(cur)  # every row of the batch is written, not yet committed
             written.set()
             assert release.wait(10)
 
-        real(inner)
+        real(inner, **kw)
 
     writer.transaction = paused
     reader = await backend.open(read_only=True)

@@ -1,0 +1,267 @@
+"""Group commit on SQLite: deferred settlements, their flush points, and their failures.
+
+A command run with ``defer=True`` is saved and published at once but its transaction stays
+open until the next durable command, a drive's return, ``flush`` or the flush window. Other
+connections must not see it before; the owning session must; nothing returned to a caller
+may be undurable; a failed flush faults the handle; and a crash keeps a prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pico
+from pico.application import line as line_module
+from pico.domain.json import JsonObject
+from pico.infrastructure.container import open_storage
+from tests.backends import Backend, make_backend
+from tests.integration.test_crash_and_faults import FaultyStorage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+}
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> Backend:
+    """Group commit is SQLite's: PostgreSQL and the memory store commit every command."""
+    return make_backend("sqlite", tmp_path)
+
+
+@pytest.fixture
+def no_flush_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the explicit flush points commit (the window would otherwise race the test)."""
+    monkeypatch.setattr(line_module, "FLUSH_WINDOW", 3600.0)
+
+
+async def _entry_ids(url: str, session: str) -> list[int]:
+    """What another connection (a read-only handle) sees as committed."""
+    other = await pico.Harness.open(url, session=session, read_only=True)
+    try:
+        return [e.id for e in (await (await other.root()).entries()).items]
+    finally:
+        await other.close()
+
+
+def _append(conversation_id: int, text: str) -> Any:
+    def build(tx: pico.Command) -> int:
+        return tx.append_entry(conversation_id, "user", text)
+
+    return build
+
+
+async def test_a_deferred_command_is_the_sessions_at_once_and_others_after_the_flush(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    h = await sqlite.open()
+    c = await h.root()
+    kept = await c.append("user", "durable")
+    deferred = await h._line.run(_append(c.id, "deferred"), defer=True)
+    # Check: the owning session reads its own deferred command ...
+    assert [e.id for e in (await c.entries()).items] == [kept, deferred]
+    # ... another connection does not, until a flush point.
+    assert await _entry_ids(sqlite.url, sqlite.session) == [kept]
+    assert h._line.pending
+    h._line.flush()
+    assert not h._line.pending
+    assert await _entry_ids(sqlite.url, sqlite.session) == [kept, deferred]
+    await h.close()
+
+
+async def test_a_durable_command_commits_the_deferred_ones_before_it(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    h = await sqlite.open()
+    c = await h.root()
+    first = await h._line.run(_append(c.id, "one"), defer=True)
+    second = await h._line.run(_append(c.id, "two"), defer=True)
+    assert await _entry_ids(sqlite.url, sqlite.session) == []
+    third = await c.append("user", "three")  # a durable command
+    assert not h._line.pending
+    assert await _entry_ids(sqlite.url, sqlite.session) == [first, second, third]
+    await h.close()
+
+
+async def test_the_flush_window_commits_an_idle_batch(
+    sqlite: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(line_module, "FLUSH_WINDOW", 0.005)
+    h = await sqlite.open()
+    c = await h.root()
+    deferred = await h._line.run(_append(c.id, "deferred"), defer=True)
+    assert h._line.pending
+    await asyncio.sleep(0.2)  # the loop runs the window's timer
+    assert not h._line.pending
+    assert await _entry_ids(sqlite.url, sqlite.session) == [deferred]
+    await h.close()
+
+
+async def test_closing_commits_a_deferred_batch(sqlite: Backend, no_flush_window: None) -> None:
+    h = await sqlite.open()
+    c = await h.root()
+    deferred = await h._line.run(_append(c.id, "deferred"), defer=True)
+    await h.close()
+    assert await _entry_ids(sqlite.url, sqlite.session) == [deferred]
+
+
+async def test_another_session_on_the_same_file_commits_the_open_batch_first(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    # Session A's open batch holds SQLite's write lock; B, on the same thread, must not
+    # wait for it (it would wait the whole busy timeout: A cannot run meanwhile).
+    a = await sqlite.open()
+    b = await sqlite.open(session=f"{sqlite.session}-b")
+    c = await a.root()
+    deferred = await a._line.run(_append(c.id, "A, deferred"), defer=True)
+    b_entry = await asyncio.wait_for((await b.root()).append("user", "B"), timeout=5)
+    assert await _entry_ids(sqlite.url, sqlite.session) == [deferred]
+    assert await _entry_ids(sqlite.url, f"{sqlite.session}-b") == [b_entry]
+    await a.close()
+    await b.close()
+
+
+async def test_a_reload_sees_the_deferred_events_of_an_evicted_aggregate(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    # Stream loads use their own connection: they must not miss a deferred batch, or the
+    # next save of the reloaded aggregate collides with its own unflushed version.
+    h = await sqlite.open()
+    c = await h.root()
+    deferred = await h._line.run(_append(c.id, "deferred"), defer=True)
+    h._line._cache.clear()  # the conversation aggregate must be reloaded from storage
+    after = await c.append("user", "after the reload")
+    assert h.faulted is None
+    assert await _entry_ids(sqlite.url, sqlite.session) == [deferred, after]
+    await h.close()
+
+
+async def test_a_failed_flush_faults_the_handle_and_reopen_keeps_the_durable_prefix(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    storage = FaultyStorage(
+        open_storage(sqlite.url, session=sqlite.session, durability=None, read_only=False)
+    )
+    h = await pico.Harness.open(storage)
+    c = await h.root()
+    kept = await c.append("user", "durable")
+    await h._line.run(_append(c.id, "deferred"), defer=True)
+    storage.fail = "flush"
+    with pytest.raises(pico.PersistenceUncertainError):
+        h._line.flush()
+    assert h.faulted is not None and not h._line.pending
+    with pytest.raises(pico.HandleFaultedError):
+        await c.append("user", "refused")
+    await h.close()
+    h2 = await sqlite.open()
+    assert [e.id for e in (await (await h2.root()).entries()).items] == [kept]
+    await h2.close()
+
+
+async def test_a_turn_group_commits_its_settlements_and_returns_only_durable_results(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+
+    async def read(args: JsonObject, ctx: pico.ToolContext) -> str:
+        return f"contents of {args['path']}"
+
+    provider = pico.FauxProvider(
+        [
+            pico.FauxResponse(text="Looking.", tool_calls=[("read", {"path": "a"})] * 2),
+            "Both say the same.",
+        ]
+    )
+    h = await sqlite.open(provider=provider, tools=[pico.Tool("read", "Read", SCHEMA, read)])
+    c = await h.root()
+    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    input_id, result = await c.prompt("Do the files agree?")
+    conn.set_trace_callback(None)
+    assert result is not None and result.status == "done"
+    commits = [s for s in statements if s == "COMMIT"]
+    commands = len([s for s in statements if s.startswith("INSERT INTO pico_commits")])
+    # Check: fewer transactions than commands (settlements joined the next durable one),
+    # but at least one before each effect: two provider calls and two tool runs.
+    assert 4 <= len(commits) < commands, (len(commits), commands)
+    # Check: what prompt returned is already durable for every other reader.
+    other = await pico.Harness.open(sqlite.url, session=sqlite.session, read_only=True)
+    assert await (await other.root()).result(input_id) == result
+    await other.close()
+    await h.close()
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    import pico
+
+    SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
+
+    async def read(args, ctx):
+        return "contents"
+
+    async def main(url):
+        script = []
+        for i in range(10000):
+            script.append(pico.FauxResponse(text="look", tool_calls=[("read", {"path": "a"})]))
+            script.append(f"answer {i}")
+        h = await pico.Harness.open(
+            url, session="crash", provider=pico.FauxProvider(script, keep_requests=False),
+            tools=[pico.Tool("read", "Read", SCHEMA, read)],
+        )
+        c = await h.root()
+        i = 0
+        while True:
+            input_id, result = await c.prompt(f"question {i}")
+            print(input_id, result.status, flush=True)
+            i += 1
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+async def test_a_killed_process_keeps_every_result_a_prompt_returned(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert proc.stdout is not None
+    returned = [proc.stdout.readline().split() for _ in range(60)]
+    os.kill(proc.pid, signal.SIGKILL)  # mid-turn, wherever it is (deferred batch or not)
+    proc.wait()
+    assert all(status == "done" for _, status in returned)
+
+    async def read(args: JsonObject, ctx: pico.ToolContext) -> str:
+        return "contents"
+
+    h = await pico.Harness.open(
+        url,
+        session="crash",
+        provider=pico.FauxProvider(["recovered"] * 10),
+        tools=[pico.Tool("read", "Read", SCHEMA, read)],
+    )
+    c = await h.root()
+    # Check: every result a prompt returned is durable.
+    for input_id, _ in returned:
+        result = await c.result(int(input_id))
+        assert result is not None and result.status == "done", (input_id, result)
+    # Check: the session resumes from the kept prefix: the interrupted turn (if any)
+    # finishes and a new prompt is answered.
+    await asyncio.wait_for(c.drive(), timeout=10)
+    _, result = await asyncio.wait_for(c.prompt("after the crash"), timeout=10)
+    assert result is not None and result.status == "done"
+    await h.close()
