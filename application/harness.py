@@ -73,7 +73,7 @@ class Harness:
         self._line = line
         self.scheduler = Scheduler(line, clock or SystemClock())
         self.services: AgentServices | None = None
-        line.on_commit = self.scheduler.notify
+        line.on_commit = self.scheduler.committed
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod

@@ -70,8 +70,9 @@ class CommandLine:
         self._task_cache: OrderedDict[int, Task] = OrderedDict()
         self._building: Command | None = None
         self.definitions = definitions or TaskRegistry()
-        # Called after every commit (the scheduler wakes its drives).
-        self.on_commit: Callable[[], None] | None = None
+        # Called after every commit that changed tasks or session state, with its command
+        # (the scheduler wakes its drives), and with None when a fault may need noticing.
+        self.on_commit: Callable[[Command | None], None] | None = None
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -264,7 +265,7 @@ class CommandLine:
         else:
             self._settled()
         if self.on_commit is not None and (tx.touched_tasks or tx.session_ops):
-            self.on_commit()  # only task changes can change what a drive may run
+            self.on_commit(tx)  # only task changes can change what a drive may run
 
     def flush(self) -> None:
         """Make every deferred command durable; a failure faults the handle (they are
@@ -295,7 +296,7 @@ class CommandLine:
             self.flush()
         except PersistenceUncertainError:
             if self.on_commit is not None:
-                self.on_commit()  # wake drives: they find the handle faulted
+                self.on_commit(None)  # wake drives: they find the handle faulted
 
     def _reload_session(self) -> None:
         loaded = self.storage.load(session_uuid(self.session_id))

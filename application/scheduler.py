@@ -148,8 +148,26 @@ class Scheduler:
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------------ notifications
-    def notify(self) -> None:
-        """A commit landed or an execution ended: wake every waiting drive."""
+    def committed(self, tx: Command | None) -> None:
+        """A commit landed. Drives wake for every change except an execution's own
+        progress: a command that created no task, changed no session state and touched only
+        tasks executing right now, each left live, unmarked and unobserved (an intent before
+        an effect, a status while it runs). A pass can find nothing new in it: the pass
+        skips executing tasks, and their end notifies anyway. Listeners still hear it."""
+        if tx is not None and not tx.session_ops and tx.touched_tasks:
+            executing, observers = self.executing, self.observers
+            if all(
+                i in executing
+                and t.role != "terminal"
+                and not t.abort_requested
+                and i not in observers
+                for i, t in tx.touched_tasks.items()
+            ):
+                self._tell_listeners()
+                return
+        self.notify()
+
+    def _tell_listeners(self) -> None:
         if not self._notifying:
             self._notifying = True
             try:
@@ -157,6 +175,10 @@ class Scheduler:
                     listener()
             finally:
                 self._notifying = False
+
+    def notify(self) -> None:
+        """A commit landed or an execution ended: wake every waiting drive."""
+        self._tell_listeners()
         for waiter in list(self._waiters):
             if not waiter.done():
                 waiter.set_result(None)

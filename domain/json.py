@@ -70,11 +70,15 @@ def _valid(value: Any, depth: int) -> bool:
     return False
 
 
+# One encoder: json.dumps builds a new one per call for non-default options.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: Any, *, what: str = "payload") -> str:
     """Validate ``value`` as strict JSON and return its canonical text."""
     if not _valid(value, 0):
         _check(value, what, 0)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def loads(text: str) -> JsonValue:
