@@ -158,6 +158,16 @@ class Conversation(Aggregate):
         self.newest = max(self.context, default=0)
         self._select(self.context, calls, answers)
 
+    @property
+    def snapshot_scale(self) -> int:
+        """How many storage snapshot intervals apart this conversation's snapshots are:
+        one copies the whole context, so a long context is snapshotted proportionally less
+        often and the snapshot work per event stays flat as a conversation grows (a reload
+        then replays at most that many intervals of cheap events). The largest power of two
+        not above ``len(context) // 1000``, at least 1."""
+        units = len(self.context) // 1000
+        return 1 << (units.bit_length() - 1) if units > 1 else 1
+
     # ------------------------------------------------------------------ factories
 
     @classmethod

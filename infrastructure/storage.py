@@ -37,7 +37,8 @@ __all__ = ["SNAPSHOT_INTERVAL", "EventSourcedStorage"]
 log = logging.getLogger("pico.storage")
 
 #: Every this many versions an aggregate's snapshot is written (after the commit), so a
-#: reload replays at most this many events.
+#: reload replays at most this many events; times the aggregate's ``snapshot_scale`` where
+#: it has one (a conversation's snapshot grows with its context).
 SNAPSHOT_INTERVAL = 200
 
 
@@ -198,10 +199,9 @@ class EventSourcedStorage:
 
 
 def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
+    interval = SNAPSHOT_INTERVAL * int(getattr(aggregate, "snapshot_scale", 1))
     version = aggregate.version
-    return bool(new_events) and (
-        version // SNAPSHOT_INTERVAL != (version - new_events) // SNAPSHOT_INTERVAL
-    )
+    return bool(new_events) and version // interval != (version - new_events) // interval
 
 
 # A saved batch ends with its boundary: a command's Committed, or an opening's Claimed.
