@@ -5,6 +5,7 @@ events' own transaction."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import fields, is_dataclass
@@ -12,8 +13,9 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+import pydantic_core
 from eventsourcing.application import AggregateNotFoundError, Repository
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.persistence import (
     AggregateRecorder,
     DatetimeAsISO,
@@ -24,6 +26,7 @@ from eventsourcing.persistence import (
     StoredEvent,
     UUIDAsHex,
 )
+from eventsourcing.utils import get_topic
 
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import StaleWriterError, StorageCorruptError
@@ -52,7 +55,61 @@ def make_mapper() -> Mapper[UUID]:
     transcoder = JSONTranscoder()
     transcoder.register(UUIDAsHex())
     transcoder.register(DatetimeAsISO())
-    return Mapper(transcoder=transcoder)
+    return _PlainEventMapper(transcoder=transcoder)
+
+
+# Field annotations whose values the JSON transcoder writes as plain JSON (no transcoding).
+_PLAIN_TYPE = re.compile(r"^(?:int|str|bool|float|None|list|dict|\[|\]|,|\||\s)*$")
+
+
+class _PlainEventMapper(Mapper[UUID]):
+    """eventsourcing's mapper, with a faster encoder for event classes whose fields are all
+    plain JSON plus the timestamp: pydantic-core's serializer (already a dependency) writes
+    the same JSON as the transcoder's ``json`` encoder in ~half the time (every command
+    maps ~4 events). Floats may be spelled differently (``1e-07`` vs ``1e-7``), which
+    decodes to the same value. Snapshots, other classes and any value the fast encoder
+    refuses take the transcoder as before; decoding is unchanged."""
+
+    def __init__(self, transcoder: JSONTranscoder) -> None:
+        super().__init__(transcoder=transcoder)
+        self._plain: dict[type, str | None] = {}  # class -> topic, None: not plain
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        cls = type(domain_event)
+        topic = self._plain.get(cls, "")
+        if topic == "":
+            topic = self._plain[cls] = _plain_topic(cls)
+        if topic is None:
+            return super().to_stored_event(domain_event)
+        state = dict(vars(domain_event))
+        originator_id = state.pop("originator_id")
+        originator_version = state.pop("originator_version")
+        stamp = state.get("timestamp")
+        if type(stamp) is datetime:
+            state["timestamp"] = {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()}
+        try:
+            data = pydantic_core.to_json(state)
+        except Exception:  # e.g. a lone surrogate: the transcoder decides (and explains)
+            return super().to_stored_event(domain_event)
+        return StoredEvent(originator_id, originator_version, topic, data)
+
+
+def _plain_topic(cls: type) -> str | None:
+    """The topic of an event class whose every field is plain JSON or the timestamp, and
+    that has no class version to record; None for any other class."""
+    if not is_dataclass(cls) or getattr(cls, "class_version", 1) > 1:
+        return None
+    if issubclass(cls, Snapshot):
+        return None
+    for f in fields(cls):
+        if f.name in ("originator_id", "originator_version"):
+            continue
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "?")
+        if f.name == "timestamp" and annotation == "datetime":
+            continue
+        if not _PLAIN_TYPE.match(annotation):
+            return None
+    return get_topic(cls)
 
 
 class EventSourcedStorage:

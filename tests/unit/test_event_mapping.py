@@ -1,0 +1,103 @@
+"""The event mapper's fast encoder writes what eventsourcing's JSON transcoder writes, and
+anything it cannot vouch for goes through the transcoder."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, Mapper, UUIDAsHex
+
+from pico.domain.conversation import Conversation
+from pico.domain.exchange import EntryRef
+from pico.domain.session import Session
+from pico.domain.task import Task
+from pico.infrastructure.storage import make_mapper
+
+
+def _reference() -> Mapper[UUID]:
+    transcoder = JSONTranscoder()
+    transcoder.register(UUIDAsHex())
+    transcoder.register(DatetimeAsISO())
+    return Mapper(transcoder=transcoder)
+
+
+def _events() -> list[Any]:
+    session = Session(session_id="s")
+    session.claim(owner="o", host="h", pid=1)
+    session.designate_root(1)
+    session.set_value(seq=2, namespace="n", key="k", value='{"x":"é 😀 \\u0000"}')
+    session.commit(first=1, last=2)
+    session.retire_working_scope(seq=3, scope="w/1")
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    conv.append_entry(
+        seq=5, kind="user", content='"naïve \\"quoted\\""', metadata=None, key="k", by_task_id=None
+    )
+    conv.append_context(seq=6, ids=[5], refs={5: EntryRef(5, 1)})
+    task = Task.start(
+        session_id="s",
+        task_id=7,
+        conversation_id=1,
+        kind="tool",
+        status="ready",
+        role="ready",
+        state='{"args":{"path":"f.py"}}',
+        after=[3, 4],
+        foreground=True,
+        spawned_by=None,
+        not_before=1733000000.25,
+        required_permit=None,
+    )
+    task.patch(
+        seq=8,
+        status="done",
+        role="terminal",
+        state=None,
+        after=[],
+        not_before=None,
+        required_permit="p",
+    )
+    return [*session.collect_events(), *conv.collect_events(), *task.collect_events()]
+
+
+def test_every_domain_event_is_stored_exactly_as_the_transcoder_would_store_it() -> None:
+    fast, reference = make_mapper(), _reference()
+    events = _events()
+    assert len({type(e) for e in events}) >= 9
+    for event in events:
+        stored, expected = fast.to_stored_event(event), reference.to_stored_event(event)
+        assert stored == expected, type(event).__qualname__
+        assert reference.to_domain_event(stored) == event
+
+
+class Linked(Aggregate):
+    class Noted(Aggregate.Event):
+        other: UUID
+
+    def note(self, other: UUID) -> None:
+        self.trigger_event(self.Noted, other=other)
+
+
+def test_a_field_the_fast_encoder_would_flatten_goes_through_the_transcoder() -> None:
+    agg = Linked()
+    other = uuid4()
+    agg.note(other)
+    noted = agg.collect_events()[-1]
+    stored = make_mapper().to_stored_event(noted)
+    assert b"uuid_hex" in stored.state  # the transcoder's tagged form, not a bare string
+    assert _reference().to_domain_event(stored).other == other  # type: ignore[attr-defined]
+
+
+def test_a_value_the_fast_encoder_refuses_fails_as_the_transcoder_fails() -> None:
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    conv.collect_events()
+    conv.append_entry(
+        seq=5, kind="user", content="\ud800", metadata=None, key=None, by_task_id=None
+    )
+    event = conv.collect_events()[-1]
+    with pytest.raises(UnicodeEncodeError):
+        _reference().to_stored_event(event)
+    with pytest.raises(UnicodeEncodeError):
+        make_mapper().to_stored_event(event)
