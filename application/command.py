@@ -646,7 +646,9 @@ class Command:
         after = list(after)
         self._check_dependencies(None, conversation_id, after)
         if spawned_by is not None:
-            parent = self.touched_tasks.get(spawned_by)
+            # The batch's own copy, else the line's cached committed aggregate (it is the
+            # only writer), else one read.
+            parent = self.touched_tasks.get(spawned_by) or self._line.cached_task(spawned_by)
             marked = parent.abort_requested if parent is not None else None
             if parent is None:
                 found = self._tasks.get_tasks([spawned_by]).get(spawned_by)

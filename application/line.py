@@ -146,13 +146,18 @@ class CommandLine:
         self._remember_task(loaded)
         return loaded
 
-    def committed_role(self, task_id: int) -> str | None:
-        """The role of a task as this line last committed it, if it is cached (the owner is
-        the only writer, so a cached terminal task is terminal in storage too)."""
+    def cached_task(self, task_id: int) -> Task | None:
+        """The task as this line last committed it, if cached and not being changed by an
+        (async) build in progress; None means: read it."""
         building = self._building
         if building is not None and task_id in building.touched_tasks:
             return None  # an (async) build in progress holds uncommitted changes to it
-        task = self._task_cache.get(task_id)
+        return self._task_cache.get(task_id)
+
+    def committed_role(self, task_id: int) -> str | None:
+        """The role of a task as this line last committed it, if it is cached (the owner is
+        the only writer, so a cached terminal task is terminal in storage too)."""
+        task = self.cached_task(task_id)
         return None if task is None else task.role
 
     def _remember_task(self, task: Task) -> None:
