@@ -144,16 +144,16 @@ class MemoryReadStore:
         elif isinstance(op, ReplacePrefix):
             cid = op.conversation_id
             self._context[cid] = list(op.replacement) + self._context[cid][op.removed :]
-            self._convs[cid] = replace(self._convs[cid], prefix_revision=op.revision)
+            self._convs[cid] = self._convs[cid]._replace(prefix_revision=op.revision)
             self._edit(EditRow(cid, op.seq, "replace", op.replacement, op.removed, op.revision))
         elif isinstance(op, ResetContext):
             cid = op.conversation_id
             self._context[cid] = list(op.ids)
-            self._convs[cid] = replace(self._convs[cid], prefix_revision=op.revision)
+            self._convs[cid] = self._convs[cid]._replace(prefix_revision=op.revision)
             self._edit(EditRow(cid, op.seq, "reset", op.ids, 0, op.revision))
         elif isinstance(op, DeleteConversation):
             cid = op.conversation_id
-            self._convs[cid] = replace(self._convs[cid], deleted_seq=op.seq)
+            self._convs[cid] = self._convs[cid]._replace(deleted_seq=op.seq)
         elif isinstance(op, EstablishAddress):
             self._policies.setdefault((op.scope_kind, op.kind, op.namespace, op.key), op.rewind)
         elif isinstance(op, PutValue):
@@ -212,8 +212,7 @@ class MemoryReadStore:
             task = self._tasks[op.task_id]
             if op.role == "terminal" and task.role != "terminal":
                 del self._live[bisect.bisect_left(self._live, op.task_id)]
-            self._tasks[op.task_id] = replace(
-                task,
+            self._tasks[op.task_id] = task._replace(
                 status=op.status,
                 role=op.role,
                 state=task.state if op.state is None else op.state,
@@ -223,13 +222,13 @@ class MemoryReadStore:
                 updated_seq=op.seq,
             )
         elif isinstance(op, MarkTaskAbort):
-            self._tasks[op.task_id] = replace(
-                self._tasks[op.task_id], abort_requested=True, updated_seq=op.seq
+            self._tasks[op.task_id] = self._tasks[op.task_id]._replace(
+                abort_requested=True, updated_seq=op.seq
             )
         elif isinstance(op, LinkOwned):
             task = self._tasks[op.task_id]
-            self._tasks[op.task_id] = replace(
-                task, owned_conversation_id=op.conversation_id, updated_seq=op.seq
+            self._tasks[op.task_id] = task._replace(
+                owned_conversation_id=op.conversation_id, updated_seq=op.seq
             )
             self._owned_by_conv.setdefault(task.conversation_id, []).append(op.conversation_id)
         elif isinstance(op, PutSession):
@@ -310,7 +309,7 @@ class MemoryReadStore:
         for i in ids:
             row = self._entries.get(i)
             if row is not None:
-                out[i] = row if content else replace(row, content=None)
+                out[i] = row if content else row._replace(content=None)
         return out
 
     def entry_range(
@@ -343,7 +342,7 @@ class MemoryReadStore:
         else:
             chosen = ids[max(lo, hi - limit) : hi][::-1]
         rows = [self._entries[i] for i in chosen]
-        return rows if content else [replace(r, content=None) for r in rows]
+        return rows if content else [r._replace(content=None) for r in rows]
 
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None:
         edits = self._edits.get(conversation_id)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from pico.domain.errors import (
     HistoricalReadError,
@@ -36,9 +35,11 @@ __all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_con
 
 MAX_PAGE = 1000
 
+# The store's rows are named tuples: built for every row read (several per command), and a
+# frozen dataclass's __init__ costs ~8x a tuple's. They stay immutable.
 
-@dataclass(frozen=True)
-class ConvRow:
+
+class ConvRow(NamedTuple):
     id: int
     created_seq: int
     source_conversation_id: int | None
@@ -49,8 +50,7 @@ class ConvRow:
     deleted_seq: int | None
 
 
-@dataclass(frozen=True)
-class EntryRow:
+class EntryRow(NamedTuple):
     id: int
     conversation_id: int
     kind: str
@@ -61,8 +61,7 @@ class EntryRow:
     content: str | None  # None when not requested
 
 
-@dataclass(frozen=True)
-class TaskRow:
+class TaskRow(NamedTuple):
     id: int
     conversation_id: int
     kind: str
@@ -79,8 +78,7 @@ class TaskRow:
     updated_seq: int
 
 
-@dataclass(frozen=True)
-class EditRow:
+class EditRow(NamedTuple):
     conversation_id: int
     seq: int
     op: str  # create | append | replace | reset
