@@ -83,10 +83,14 @@ MODES = ("write", "steer", "follow_up", "next_run")
 TRIGGERS = ("steer", "follow_up", "next_run")  # modes that request generation
 
 
+#: Queue values live in namespaces ``pico.queue.<mode>``: contiguous in a key scan.
+_QUEUE = "pico.queue."
+
+
 def queue_address(mode: str, input_id: int) -> ConversationValue[Any]:
     # One sticky value per queued input; fixed-width keys keep admission order in key scans.
     return ConversationValue(
-        namespace=f"pico.queue.{mode}", key=f"{input_id:016d}", rewind_policy=False
+        namespace=f"{_QUEUE}{mode}", key=f"{input_id:016d}", rewind_policy=False
     )
 
 
@@ -100,21 +104,20 @@ def enqueue(tx: Command, conversation_id: int, mode: str, content: JsonValue) ->
 
 
 def queued(tx: Command, conversation_id: int, modes: Sequence[str]) -> list[tuple[int, str]]:
-    """(input id, mode) of queued inputs in the given modes, in admission order."""
+    """(input id, mode) of queued inputs in the given modes, in admission order: one scan
+    over the contiguous ``pico.queue.*`` namespaces of the conversation's values."""
+    wanted = set(modes)
     found: list[tuple[int, str]] = []
-    for mode in modes:
-        after: tuple[str, str] | None = None
-        while True:
-            page = tx.scan_values(
-                conversation_id=conversation_id,
-                namespace=f"pico.queue.{mode}",
-                after=after,
-                limit=500,
-            )
-            found.extend((int(item.key or 0), mode) for item in page.items)
-            if page.next is None:
-                break
-            after = page.next
+    after: tuple[str, str] | None = (_QUEUE, "")  # just before every queue namespace
+    while after is not None:
+        page = tx.scan_values(conversation_id=conversation_id, after=after, limit=500)
+        for item in page.items:
+            if not item.namespace.startswith(_QUEUE):
+                return sorted(found)  # past the queues
+            mode = item.namespace[len(_QUEUE) :]
+            if mode in wanted:
+                found.append((int(item.key or 0), mode))
+        after = page.next
     return sorted(found)
 
 

@@ -1051,8 +1051,10 @@ class SqlReadStore:
             where.append("namespace = ?")
             params.append(namespace)
         if after is not None:
-            where.append("(namespace > ? OR (namespace = ? AND key > ?))")
-            params.extend([after[0], after[0], after[1]])
+            # A row-value comparison seeks the key index to the cursor; the equivalent OR
+            # form made SQLite walk the scope from its first value on every page.
+            where.append("(namespace, key) > (?, ?)")
+            params.extend(after)
         rows = self._rows(
             f"SELECT namespace, key, seq, value FROM pico_values WHERE "
             f"{' AND '.join(where)} ORDER BY namespace, key LIMIT ?",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pico
+from pico.domain.state import SESSION_SCOPE
 from tests.taskdefs import definitions
 
 
@@ -64,5 +65,37 @@ async def test_live_scans_of_a_conversation_stay_flat_as_its_terminal_history_gr
     large = _steps(conn, scans)
     # Check: 10x the terminal history, (almost) the same work. A plan through the full
     # (conversation, id) index walks every terminal row: ~10x the steps.
+    assert large < small * 1.3, (small, large)
+    await h.close()
+
+
+async def test_a_value_page_after_a_cursor_seeks_instead_of_walking_the_scope(
+    tmp_path: Path,
+) -> None:
+    # Paging values resumes from a cursor (a queue scan starts at one too): the read must
+    # seek to it, not walk every value of the scope that sorts before it.
+    h = await pico.Harness.open(f"sqlite:///{tmp_path / 'plans.db'}", session="plans")
+    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
+    state = h._line.storage.state
+
+    async def fill(start: int, n: int) -> None:
+        def build(tx: pico.Command) -> None:
+            for i in range(start, start + n):
+                tx.set_value(pico.SessionValue(namespace="app.before", key=f"{i:06d}"), i)
+
+        await h.command(build)
+
+    await fill(0, 200)
+    await h.set_value(pico.SessionValue(namespace="app.wanted", key="k"), 1)
+
+    def page() -> None:
+        found = state.scan_values(SESSION_SCOPE, after=("app.before", "~"), limit=10)
+        assert [item.namespace for item in found.items] == ["app.wanted"]
+
+    small = _steps(conn, page)
+    await fill(200, 1800)
+    large = _steps(conn, page)
+    # Check: 10x the values before the cursor, (almost) the same work; the OR form of the
+    # cursor condition walked them all (~10x).
     assert large < small * 1.3, (small, large)
     await h.close()
