@@ -482,47 +482,45 @@ FRAME_CHARS = 512
 async def _stream(
     provider: ModelProvider, request: Request, ctx: Execution, frames: Any
 ) -> Response | Deferred | None:
-    """Consume one provider stream, writing frames to the working scope; each step races
-    the execution's stop signal, so an abort stops streaming at once (None). Frames are
-    buffered: a frame of ``FRAME_CHARS`` is written (awaited) as soon as it fills; the rest
-    is superseded by the settlement, which carries the whole message."""
+    """Consume one provider stream, writing frames to the working scope, racing the
+    execution's stop signal: an abort stops streaming at once (None). Frames are buffered:
+    a frame of ``FRAME_CHARS`` is written (awaited) as soon as it fills; the rest is
+    superseded by the settlement, which carries the whole message."""
+    if ctx.signal.is_set():
+        return None
     events = provider.stream(request).__aiter__()
-    stop = asyncio.ensure_future(ctx.signal.wait())
-    buffer: list[str] = []
-    buffered = 0
 
-    async def flush() -> None:
-        nonlocal buffered
-        if buffer:
-            await ctx.working(_append_frame(frames, "".join(buffer)))
-            buffer.clear()
-            buffered = 0
-
-    try:
-        while True:
-            step = asyncio.ensure_future(events.__anext__())
-            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if stop.done():
-                step.cancel()
-                await asyncio.gather(step, return_exceptions=True)
-                return None
-            try:
-                event = step.result()
-            except StopAsyncIteration:
-                raise ProviderError(
-                    "the stream ended without a response", kind="retryable"
-                ) from None
+    async def consume() -> Response | Deferred:
+        buffer: list[str] = []
+        buffered = 0
+        async for event in events:
             if isinstance(event, TextDelta):
                 buffer.append(event.text)
                 buffered += len(event.text)
                 if buffered >= FRAME_CHARS:
-                    await flush()
+                    await ctx.working(_append_frame(frames, "".join(buffer)))
+                    buffer.clear()
+                    buffered = 0
             elif isinstance(event, Done):
                 # The settlement publishes the whole message and retires this working scope
                 # in one command: writing the last partial frame first would be pure waste.
                 return event.outcome
+        raise ProviderError("the stream ended without a response", kind="retryable")
+
+    # One race for the whole stream, not one per step: the stop signal cancels the
+    # consumer wherever it waits, between frames or inside the provider's next step.
+    consumer = asyncio.ensure_future(consume())
+    stop = asyncio.ensure_future(ctx.signal.wait())
+    try:
+        await asyncio.wait({consumer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.done() or not consumer.done():
+            return None  # stopped: whatever the consumer had is discarded (finally)
+        return consumer.result()
     finally:
         stop.cancel()
+        if not consumer.done():
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
         closer = getattr(events, "aclose", None)
         if closer is not None:
             await closer()  # best-effort provider cancellation
