@@ -9,8 +9,7 @@ appliers never re-derive domain rules.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from pico.domain.conversation import Conversation
 from pico.domain.session import Session
@@ -33,30 +32,25 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class PutSession:
+class PutSession(NamedTuple):
     pass
 
 
-@dataclass(frozen=True)
-class PutClaim:
+class PutClaim(NamedTuple):
     owner: str
 
 
-@dataclass(frozen=True)
-class PutRoot:
+class PutRoot(NamedTuple):
     conversation_id: int
 
 
-@dataclass(frozen=True)
-class PutCommit:
+class PutCommit(NamedTuple):
     first: int
     last: int
     scope: str
 
 
-@dataclass(frozen=True)
-class CreateConversation:
+class CreateConversation(NamedTuple):
     conversation_id: int
     source_conversation_id: int | None
     source_as_of: int | None
@@ -65,8 +59,7 @@ class CreateConversation:
     context: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class PutEntry:
+class PutEntry(NamedTuple):
     entry_id: int
     conversation_id: int
     kind: str
@@ -77,16 +70,14 @@ class PutEntry:
     commit_end: int
 
 
-@dataclass(frozen=True)
-class AppendContext:
+class AppendContext(NamedTuple):
     conversation_id: int
     seq: int
     ids: tuple[int, ...]
     revision: int
 
 
-@dataclass(frozen=True)
-class ReplacePrefix:
+class ReplacePrefix(NamedTuple):
     conversation_id: int
     seq: int
     through: int
@@ -95,22 +86,19 @@ class ReplacePrefix:
     revision: int
 
 
-@dataclass(frozen=True)
-class ResetContext:
+class ResetContext(NamedTuple):
     conversation_id: int
     seq: int
     ids: tuple[int, ...]
     revision: int
 
 
-@dataclass(frozen=True)
-class DeleteConversation:
+class DeleteConversation(NamedTuple):
     conversation_id: int
     seq: int
 
 
-@dataclass(frozen=True)
-class EstablishAddress:
+class EstablishAddress(NamedTuple):
     """Persist an address's scope kind and rewind policy on first use."""
 
     scope_kind: str  # session | conversation | working
@@ -120,8 +108,7 @@ class EstablishAddress:
     rewind: bool
 
 
-@dataclass(frozen=True)
-class PutValue:
+class PutValue(NamedTuple):
     """Current (sticky/session/working) value: overwrite."""
 
     scope: str
@@ -131,15 +118,13 @@ class PutValue:
     value: str
 
 
-@dataclass(frozen=True)
-class DropValue:
+class DropValue(NamedTuple):
     scope: str
     namespace: str
     key: str
 
 
-@dataclass(frozen=True)
-class PutVersion:
+class PutVersion(NamedTuple):
     """A rewindable conversation value version; ``value`` None records a deletion."""
 
     conversation_id: int
@@ -149,8 +134,7 @@ class PutVersion:
     value: str | None
 
 
-@dataclass(frozen=True)
-class AppendElement:
+class AppendElement(NamedTuple):
     scope: str
     namespace: str
     key: str
@@ -158,8 +142,7 @@ class AppendElement:
     value: str
 
 
-@dataclass(frozen=True)
-class DropElements:
+class DropElements(NamedTuple):
     """Clear a sticky/session/working list: only current contents are kept."""
 
     scope: str
@@ -167,8 +150,7 @@ class DropElements:
     key: str
 
 
-@dataclass(frozen=True)
-class PutClear:
+class PutClear(NamedTuple):
     """Clear a rewindable list: a marker; earlier forks still see older elements."""
 
     scope: str
@@ -177,16 +159,14 @@ class PutClear:
     seq: int
 
 
-@dataclass(frozen=True)
-class RetireWorking:
+class RetireWorking(NamedTuple):
     """End a working scope's lifetime: its rows through ``seq`` are deleted."""
 
     scope: str
     seq: int
 
 
-@dataclass(frozen=True)
-class PutTask:
+class PutTask(NamedTuple):
     task_id: int
     conversation_id: int
     kind: str
@@ -200,8 +180,7 @@ class PutTask:
     required_permit: str | None
 
 
-@dataclass(frozen=True)
-class PatchTask:
+class PatchTask(NamedTuple):
     task_id: int
     seq: int
     status: str
@@ -212,14 +191,12 @@ class PatchTask:
     required_permit: str | None
 
 
-@dataclass(frozen=True)
-class MarkTaskAbort:
+class MarkTaskAbort(NamedTuple):
     task_id: int
     seq: int
 
 
-@dataclass(frozen=True)
-class LinkOwned:
+class LinkOwned(NamedTuple):
     task_id: int
     seq: int
     conversation_id: int
@@ -249,6 +226,9 @@ RowOp: TypeAlias = (
     | MarkTaskAbort
     | LinkOwned
 )
+
+
+# Row ops are named tuples: ~4 per command, and a frozen dataclass's __init__ costs ~8x.
 
 
 def _order(event: Any) -> int:
