@@ -319,8 +319,7 @@ class GenerationDefinition(TaskDefinition):
 
         def settle(tx: Command) -> None:
             cid = task.conversation_id
-            current = tx.get_task(task.id)
-            if current is None or current.abort_requested:
+            if tx.abort_marked(task.id) is not False:
                 return  # cancellation won: no normal successor (§6.4)
             if calls:
                 content["tool_calls"] = [
@@ -825,10 +824,10 @@ class PostToolsDefinition(TaskDefinition):
         inputs = _ints(state.get("inputs"))
 
         def join(tx: Command) -> None:  # ONE command reads all outcomes and decides
-            current = tx.get_task(task.id)
-            if current is None or current.abort_requested:
+            if tx.abort_marked(task.id) is not False:
                 return
-            tools = [t for t in (tx.get_task(i) for i in task.after) if t is not None]
+            found = tx.get_tasks(task.after)  # every tool outcome in one read
+            tools = [found[i] for i in task.after if i in found]
             cid = task.conversation_id
             if any(isinstance(t.state, dict) and t.state.get("terminate") for t in tools):
                 set_results(tx, inputs, {"status": "stopped", "reason": "a tool terminated"})

@@ -757,6 +757,20 @@ class Command:
     def get_task(self, task_id: int) -> TaskSnapshot | None:
         return self._tasks.get_tasks([task_id]).get(task_id)
 
+    def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]:
+        """Committed task records by id, in one read (unknown ids are absent)."""
+        return self._tasks.get_tasks(ids)
+
+    def abort_marked(self, task_id: int) -> bool | None:
+        """Is the task marked for cancellation (§6.4), with this batch's own marks; None
+        for an unknown task. Answered from the line's cached aggregate when it has one (it
+        is the only writer), else by one read."""
+        task = self.touched_tasks.get(task_id) or self._line.cached_task(task_id)
+        if task is not None:
+            return task.abort_requested
+        found = self.get_task(task_id)
+        return None if found is None else found.abort_requested
+
     def scan_tasks(self, **query: Any) -> Page[TaskSnapshot]:
         return self._tasks.scan_tasks(**query)
 

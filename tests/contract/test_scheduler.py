@@ -694,3 +694,26 @@ async def test_aborting_an_owned_child_directly_cancels_its_owner(backend: Backe
     assert await _bounded(c.drive()) == "idle"  # the parent drive completes the owner
     assert (await h.task(owner)).status == "aborted"  # type: ignore[union-attr]
     await h.close()
+
+
+async def test_a_builder_reads_the_cancellation_mark_and_several_tasks_at_once(
+    backend: Backend,
+) -> None:
+    work = Scripted()
+    h = await _open(backend, work)
+    c = await h.root()
+    a = await h.command(_create(c.id, status="waiting"))
+    b = await h.command(_create(c.id, status="waiting"))
+    await h.command(lambda tx: tx.request_abort(a))
+
+    def build(tx: pico.Command) -> tuple[Any, ...]:
+        before = (tx.abort_marked(a), tx.abort_marked(b), tx.abort_marked(999))
+        tx.request_abort(b)  # the batch's own mark counts at once
+        return (*before, tx.abort_marked(b), sorted(tx.get_tasks([b, a, 999])))
+
+    assert await h.command(build) == (True, False, None, True, [a, b])
+    await h.close()
+    # Check: a fresh handle (no cached aggregates) reads the same marks.
+    h2 = await _open(backend, work)
+    assert await h2.command(lambda tx: (tx.abort_marked(a), tx.abort_marked(b))) == (True, True)
+    await h2.close()
