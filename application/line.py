@@ -294,7 +294,7 @@ class CommandLine:
         self._flush_timer = None
         if not self.pending or self.closed or self.faulted is not None:
             return
-        if self._lock.locked():  # a command is building: its persist (or the next) flushes
+        if self._lock.locked():  # a command is building: try again after the window
             self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_WINDOW, self._flush_due)
             return
         try:
