@@ -353,47 +353,27 @@ class Conversation(Aggregate):
         self._check_live()
         self._deleted(conversation_id=self.conversation_id, seq=seq)
 
+    # State events change nothing in the aggregate (projections apply them): triggered
+    # directly, like the per-command events, after the liveness check.
     def set_value(self, *, seq: int, namespace: str, key: str, value: str, rewind: bool) -> None:
-        self._check_live()
-        self._value_set(
-            conversation_id=self.conversation_id,
-            seq=seq,
-            namespace=namespace,
-            key=key,
-            value=value,
-            rewind=rewind,
+        self._state(
+            self.ValueSet, seq=seq, namespace=namespace, key=key, value=value, rewind=rewind
         )
 
     def delete_value(self, *, seq: int, namespace: str, key: str, rewind: bool) -> None:
-        self._check_live()
-        self._value_deleted(
-            conversation_id=self.conversation_id,
-            seq=seq,
-            namespace=namespace,
-            key=key,
-            rewind=rewind,
-        )
+        self._state(self.ValueDeleted, seq=seq, namespace=namespace, key=key, rewind=rewind)
 
     def append_list(self, *, seq: int, namespace: str, key: str, value: str, rewind: bool) -> None:
-        self._check_live()
-        self._list_appended(
-            conversation_id=self.conversation_id,
-            seq=seq,
-            namespace=namespace,
-            key=key,
-            value=value,
-            rewind=rewind,
+        self._state(
+            self.ListAppended, seq=seq, namespace=namespace, key=key, value=value, rewind=rewind
         )
 
     def clear_list(self, *, seq: int, namespace: str, key: str, rewind: bool) -> None:
+        self._state(self.ListCleared, seq=seq, namespace=namespace, key=key, rewind=rewind)
+
+    def _state(self, event_class: Any, **fields: Any) -> None:
         self._check_live()
-        self._list_cleared(
-            conversation_id=self.conversation_id,
-            seq=seq,
-            namespace=namespace,
-            key=key,
-            rewind=rewind,
-        )
+        self.trigger_event(event_class, conversation_id=self.conversation_id, **fields)
 
     # ------------------------------------------------------------------ checks
 
@@ -489,27 +469,3 @@ class Conversation(Aggregate):
     @event(Deleted)
     def _deleted(self, conversation_id: int, seq: int) -> None:
         self.deleted = True
-
-    @event(ValueSet)
-    def _value_set(
-        self, conversation_id: int, seq: int, namespace: str, key: str, value: str, rewind: bool
-    ) -> None:
-        pass
-
-    @event(ValueDeleted)
-    def _value_deleted(
-        self, conversation_id: int, seq: int, namespace: str, key: str, rewind: bool
-    ) -> None:
-        pass
-
-    @event(ListAppended)
-    def _list_appended(
-        self, conversation_id: int, seq: int, namespace: str, key: str, value: str, rewind: bool
-    ) -> None:
-        pass
-
-    @event(ListCleared)
-    def _list_cleared(
-        self, conversation_id: int, seq: int, namespace: str, key: str, rewind: bool
-    ) -> None:
-        pass

@@ -47,7 +47,9 @@ class Session(Aggregate):
         conversation_id: int
 
     # Session-scoped state: sticky, one current value or list per address.
-    class ValueSet(Aggregate.Event):  # applied by projections only
+    # The state events change nothing in the aggregate (projections apply them): triggered
+    # directly by the methods below.
+    class ValueSet(Aggregate.Event):
         seq: int
         namespace: str
         key: str
@@ -114,29 +116,17 @@ class Session(Aggregate):
         self.trigger_event(self.ValueSet, seq=seq, namespace=namespace, key=key, value=value)
 
     def delete_value(self, *, seq: int, namespace: str, key: str) -> None:
-        self._value_deleted(seq=seq, namespace=namespace, key=key)
+        self.trigger_event(self.ValueDeleted, seq=seq, namespace=namespace, key=key)
 
     def append_list(self, *, seq: int, namespace: str, key: str, value: str) -> None:
-        self._list_appended(seq=seq, namespace=namespace, key=key, value=value)
+        self.trigger_event(self.ListAppended, seq=seq, namespace=namespace, key=key, value=value)
 
     def clear_list(self, *, seq: int, namespace: str, key: str) -> None:
-        self._list_cleared(seq=seq, namespace=namespace, key=key)
+        self.trigger_event(self.ListCleared, seq=seq, namespace=namespace, key=key)
 
     def retire_working_scope(self, *, seq: int, scope: str) -> None:
         """Main retirement ends a working scope's lifetime; storage reclaims its rows."""
         self.trigger_event(self.WorkingScopeRetired, seq=seq, scope=scope)
-
-    @event(ValueDeleted)
-    def _value_deleted(self, seq: int, namespace: str, key: str) -> None:
-        pass
-
-    @event(ListAppended)
-    def _list_appended(self, seq: int, namespace: str, key: str, value: str) -> None:
-        pass
-
-    @event(ListCleared)
-    def _list_cleared(self, seq: int, namespace: str, key: str) -> None:
-        pass
 
     @event(Claimed)
     def _claimed(self, owner: str, host: str, pid: int) -> None:
