@@ -646,15 +646,9 @@ class Command:
         after = list(after)
         self._check_dependencies(None, conversation_id, after)
         if spawned_by is not None:
-            # The batch's own copy, else the line's cached committed aggregate (it is the
-            # only writer), else one read.
-            parent = self.touched_tasks.get(spawned_by) or self._line.cached_task(spawned_by)
-            marked = parent.abort_requested if parent is not None else None
-            if parent is None:
-                found = self._tasks.get_tasks([spawned_by]).get(spawned_by)
-                if found is None:
-                    raise UnknownTaskError(spawned_by, " (named in spawned_by=)")
-                marked = found.abort_requested
+            marked = self.abort_marked(spawned_by)
+            if marked is None:
+                raise UnknownTaskError(spawned_by, " (named in spawned_by=)")
             if marked:
                 raise TaskGraphError(
                     f"task {spawned_by} is marked for cancellation; it cannot create normal "

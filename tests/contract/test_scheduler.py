@@ -670,6 +670,8 @@ async def test_a_marked_task_cannot_create_normal_successors(backend: Backend) -
         await h.command(lambda tx: tx.create_task(c.id, "work", spawned_by=tid))
     with pytest.raises(pico.TaskGraphError, match="marked for cancellation"):
         await h.command(lambda tx: tx.create_owned_conversation(tid))
+    with pytest.raises(pico.UnknownTaskError, match="spawned_by"):
+        await h.command(lambda tx: tx.create_task(c.id, "work", spawned_by=999_999))
     assert h.head() == head
     await h.close()
 
