@@ -10,23 +10,28 @@ __all__ = [
     "AddressPolicyError",
     "ClosedError",
     "CommandRejectedError",
+    "ConfigurationError",
     "ContextEditError",
     "ConversationDeletedError",
     "ExchangeSplitError",
     "HandleFaultedError",
     "HistoricalReadError",
+    "InvalidArgumentError",
     "InvalidJsonError",
     "InvalidPositionError",
     "LiveWorkError",
+    "NotInContextError",
     "PersistenceUncertainError",
     "PicoError",
     "ReadOnlyError",
     "RequestKeyConflictError",
     "ReservedNamespaceError",
     "SequenceExhaustedError",
+    "ShuttingDownError",
     "StalePrefixError",
     "StaleWriterError",
     "StorageCorruptError",
+    "StorageUnavailableError",
     "StoredTypeError",
     "TaskDefinitionError",
     "TaskGraphError",
@@ -49,6 +54,37 @@ class CommandRejectedError(PicoError):
 
 class InvalidJsonError(CommandRejectedError):
     """A payload is not strict JSON (NaN, non-string keys, tuples, objects...)."""
+
+
+class InvalidArgumentError(CommandRejectedError):
+    """An argument is malformed or out of its range: an id that is not a positive 64-bit
+    integer (a bool, float or str is never taken as an id), a page limit outside its
+    allowed range, an unknown mode. Nothing was read or written; the message names the
+    argument, the allowed range and what was given."""
+
+
+class ConfigurationError(PicoError):
+    """How pico was asked to open storage is wrong: an unsupported or malformed storage URL,
+    an empty or malformed session name, an unknown durability. Passwords are masked in the
+    message."""
+
+
+class StorageUnavailableError(PicoError):
+    """The storage could not be reached or opened: a PostgreSQL server that does not
+    answer or refuses the login, a SQLite path that is a directory or cannot be created or
+    read. Nothing was changed; the message says what to check (passwords masked)."""
+
+
+class ShuttingDownError(PicoError):
+    """The harness is shutting down (``harness.shutdown()``) and admits no new public
+    commands; its own cancellation commands still run."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} is shutting down and admits no new commands; open the "
+            "session again after the shutdown completes"
+        )
 
 
 class UnknownConversationError(CommandRejectedError):
@@ -98,6 +134,11 @@ class ExchangeSplitError(ContextEditError):
 
 class StalePrefixError(ContextEditError):
     """A prepared prefix replacement lost a race with another replacement or reset."""
+
+
+class NotInContextError(ContextEditError):
+    """An entry id given as a context position (``through``, a prefix end) is not in the
+    conversation's current context."""
 
 
 class InvalidPositionError(CommandRejectedError):
