@@ -67,7 +67,9 @@ class MemoryRecorder(AggregateRecorder):
                 for e in stored_events:
                     oid = UUID(str(e.originator_id))
                     stream = self.streams.get(oid, [])
-                    last = pending.get(oid, stream[-1].originator_version if stream else 0)
+                    # A new stream accepts any first version (the library's recorders
+                    # take version 0 too); after that versions must increase.
+                    last = pending.get(oid, stream[-1].originator_version if stream else -1)
                     if e.originator_version <= last:
                         raise IntegrityError(
                             f"stream {oid} already has version {e.originator_version}"

@@ -1,0 +1,140 @@
+"""Every event recorder pico ships passes the ``eventsourcing`` library's own recorder
+contract (``AggregateRecorderTestCase``), subclassed once per backend: a migration tool or
+an embedder that drives a pico recorder through the library's API gets the library's
+semantics (atomic batches, conflicts on a repeated version, version 0 accepted for a new
+stream, ``select_events`` windows).
+
+Snapshot recorders are deliberately not of this contract: they keep only the newest
+snapshot of each aggregate (a conversation's snapshot copies its context, so keeping every
+one would grow storage with every interval). Their own contract is tested below.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import unittest
+import uuid
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from eventsourcing.persistence import AggregateRecorder, StoredEvent
+from eventsourcing.tests.persistence import AggregateRecorderTestCase
+
+from pico.infrastructure.memory import MemoryDatabase, MemoryRecorder
+from pico.infrastructure.sql import schema
+from pico.infrastructure.sql.store import SqlDatabase, SqlRecorder
+from tests.backends import postgres_url
+
+
+class TestMemoryRecorder(AggregateRecorderTestCase):
+    def create_recorder(self) -> AggregateRecorder:
+        return MemoryRecorder(MemoryDatabase())
+
+
+class _SqlRecorderCase(AggregateRecorderTestCase):
+    """One database per test class; each test writes fresh originator ids."""
+
+    __test__ = False  # a base: its subclasses name the database
+
+    db: ClassVar[SqlDatabase]
+    recorders: ClassVar[list[SqlRecorder]]
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        for recorder in cls.recorders:
+            recorder.close()
+        cls.db.close()
+        super().tearDownClass()
+
+    def create_recorder(self) -> AggregateRecorder:
+        recorder = SqlRecorder(self.db)
+        self.recorders.append(recorder)
+        return recorder
+
+
+class TestSqliteRecorder(_SqlRecorderCase):
+    __test__ = True
+    _dir: ClassVar[tempfile.TemporaryDirectory[str]]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls._dir = tempfile.TemporaryDirectory()
+        cls.db = SqlDatabase(f"sqlite:///{Path(cls._dir.name) / 'recorder.db'}")
+        cls.recorders = []
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        cls._dir.cleanup()
+
+
+class TestPostgresRecorder(_SqlRecorderCase):
+    __test__ = True
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        url = postgres_url()
+        if url is None:
+            if os.environ.get("PICO_REQUIRE_ALL_BACKENDS"):
+                raise AssertionError("PICO_TEST_POSTGRES_URL is unset; every backend is required")
+            raise unittest.SkipTest("set PICO_TEST_POSTGRES_URL to run the recorder contract")
+        cls.db = SqlDatabase("postgresql+psycopg://" + url.split("://", 1)[1])
+        cls.recorders = []
+
+
+# ---------------------------------------------------------------- snapshot recorders
+
+
+def _snapshot_recorders(tmp: Path) -> list[tuple[str, AggregateRecorder, object]]:
+    memory = MemoryDatabase()
+    out: list[tuple[str, AggregateRecorder, object]] = [
+        ("memory", MemoryRecorder(memory, snapshots=True), None)
+    ]
+    sqlite = SqlDatabase(f"sqlite:///{tmp / 'snapshots.db'}")
+    out.append(("sqlite", SqlRecorder(sqlite, table=schema.snapshots), sqlite))
+    url = postgres_url()
+    if url is not None:
+        pg = SqlDatabase("postgresql+psycopg://" + url.split("://", 1)[1])
+        out.append(("postgresql", SqlRecorder(pg, table=schema.snapshots), pg))
+    return out
+
+
+def test_snapshot_recorders_keep_only_the_newest_snapshot(tmp_path: Path) -> None:
+    recorders = _snapshot_recorders(tmp_path)
+    if os.environ.get("PICO_REQUIRE_ALL_BACKENDS"):
+        assert [name for name, _, _ in recorders] == ["memory", "sqlite", "postgresql"]
+    try:
+        for name, recorder, _ in recorders:
+            oid = uuid.uuid4()
+            for version in (200, 400, 600):
+                recorder.insert_events(
+                    [StoredEvent(oid, version, "snap", f"state{version}".encode())]
+                )
+            # Check: one snapshot remains, the newest; an older position finds none and
+            # the repository replays events from the start instead (correct, slower).
+            got = recorder.select_events(oid)
+            assert [(e.originator_version, e.state) for e in got] == [(600, b"state600")], name
+            assert recorder.select_events(oid, lte=500, desc=True, limit=1) == [], name
+            assert recorder.select_events(oid, desc=True, limit=1)[0].originator_version == 600
+    finally:
+        for _, recorder, db in recorders:
+            close = getattr(recorder, "close", None)
+            if close is not None:
+                close()
+            if isinstance(db, SqlDatabase):
+                db.close()
+
+
+@pytest.mark.parametrize("version", [0, 1, 7])
+def test_memory_recorder_accepts_any_first_version_and_refuses_a_repeat(version: int) -> None:
+    recorder = MemoryRecorder(MemoryDatabase())
+    oid = uuid.uuid4()
+    recorder.insert_events([StoredEvent(oid, version, "t", b"a")])
+    with pytest.raises(Exception) as info:
+        recorder.insert_events([StoredEvent(oid, version, "t", b"b")])
+    assert type(info.value).__name__ == "IntegrityError"
+    assert [e.state for e in recorder.select_events(oid)] == [b"a"]
