@@ -39,6 +39,7 @@ from pico.application.state import ConversationValue, SessionValue, working_list
 from pico.application.tasks import TaskDefinition
 from pico.application.tools import ToolArgumentsError, ToolContext, ToolOutcome, ToolRegistry
 from pico.domain.errors import CommandRejectedError
+from pico.domain.ids import check_choice
 from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
@@ -571,8 +572,7 @@ def answer_held_call(tx: Command, task_id: int, text: str, is_error: bool) -> in
 def decide_held_approval(tx: Command, task_id: int, decision: str) -> None:
     """The approval channel (§9.1, seed 000): grant lets the held tool run (without asking
     ``before_tool`` again); deny writes its error result. Validated before writing."""
-    if decision not in ("grant", "deny"):
-        raise CommandRejectedError(f"an approval decision is 'grant' or 'deny', not {decision!r}")
+    check_choice(decision, "an approval decision", ("grant", "deny"))
     task = tx.get_task(task_id)
     if task is None or task.kind != "tool" or task.status != "approval":
         raise CommandRejectedError(f"task {task_id} is not a tool call waiting for approval")

@@ -8,6 +8,7 @@ persists the whole batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +28,8 @@ from pico.domain.errors import (
     AddressPolicyError,
     CommandRejectedError,
     ExchangeSplitError,
+    InvalidArgumentError,
+    InvalidJsonError,
     InvalidPositionError,
     LiveWorkError,
     RequestKeyConflictError,
@@ -38,6 +41,13 @@ from pico.domain.errors import (
     WorkingScopeError,
 )
 from pico.domain.exchange import EntryRef
+from pico.domain.ids import (
+    MAX_ID,
+    check_id,
+    check_ids,
+    check_optional_id,
+    check_optional_position,
+)
 from pico.domain.json import JsonValue, dumps, loads
 from pico.domain.session import Session
 from pico.domain.state import (
@@ -134,12 +144,14 @@ class Command:
             )
 
     def _conversation(self, conversation_id: int) -> Conversation:
+        check_id(conversation_id, "conversation_id")
         conv = self.touched.get(conversation_id)
         if conv is None:
             conv = self._line.load_conversation(conversation_id)
         return conv
 
     def _refs(self, ids: Sequence[int]) -> dict[int, EntryRef]:
+        ids = check_ids(ids, "entry ids")
         refs = {i: self._entries[i] for i in ids if i in self._entries}
         missing = [i for i in ids if i not in refs]
         if missing:
@@ -196,6 +208,7 @@ class Command:
     def create_conversation(self, *, owner_task_id: int | None = None) -> int:
         """Create an empty conversation; returns its id."""
         self._main_only("create_conversation")
+        check_optional_id(owner_task_id, "owner_task_id")
         seq = self._peek()
         conv = Conversation.start(
             session_id=self._line.session_id,
@@ -223,6 +236,13 @@ class Command:
         state is never inherited (§4.3).
         """
         self._main_only("fork")
+        check_id(source_id, "conversation_id")
+        check_optional_id(at_entry, "at_entry")
+        check_optional_position(as_of, "as_of")
+        if type(inherit_state) is not bool:
+            raise InvalidArgumentError(
+                f"inherit_state must be True or False, got {inherit_state!r}"
+            )
         if (at_entry is None) == (as_of is None):
             raise InvalidPositionError("fork needs exactly one of at_entry= or as_of=")
         src = self._reads.get_conversations([source_id]).get(source_id)
@@ -312,11 +332,15 @@ class Command:
         """Append an immutable entry to the transcript; returns its id (its seq)."""
         self._main_only("append_entry")
         text = dumps(content, what="entry content")
-        meta_text = None if metadata is None else dumps(dict(metadata), what="entry metadata")
         if metadata is not None and not isinstance(metadata, Mapping):
-            raise CommandRejectedError("entry metadata must be a JSON object")
-        if key is not None and not isinstance(key, str):
-            raise CommandRejectedError("an entry key must be a string")
+            raise InvalidJsonError(
+                f"entry metadata: {type(metadata).__name__} is not a JSON object; pass a dict "
+                "with string keys, or None"
+            )
+        meta_text = None if metadata is None else dumps(dict(metadata), what="entry metadata")
+        if key is not None and type(key) is not str:
+            raise InvalidArgumentError(f"an entry key must be a string or None, got {key!r}")
+        check_optional_id(by_task_id, "by_task_id")
         conv = self._conversation(conversation_id)
         seq = self._peek()
         conv.append_entry(
@@ -329,7 +353,7 @@ class Command:
 
     def append_context(self, conversation_id: int, ids: Sequence[int]) -> None:
         self._main_only("append_context")
-        ids = list(ids)
+        ids = check_ids(ids, "entry ids")
         conv = self._conversation(conversation_id)
         refs = self._refs(ids)
         conv.append_context(seq=self._peek(), ids=ids, refs=refs)
@@ -345,7 +369,15 @@ class Command:
         expected_revision: int | None = None,
     ) -> None:
         self._main_only("replace_context_prefix")
-        replacement = list(replacement)
+        check_id(through, "through")
+        if expected_revision is not None and not (
+            type(expected_revision) is int and 0 <= expected_revision <= MAX_ID
+        ):
+            raise InvalidArgumentError(
+                "expected_revision must be a prefix revision (an integer from 0, read from "
+                f"conversation.snapshot().prefix_revision) or None, got {expected_revision!r}"
+            )
+        replacement = check_ids(replacement, "replacement")
         conv = self._conversation(conversation_id)
         refs = self._refs(replacement)
         conv.replace_context_prefix(
@@ -360,7 +392,7 @@ class Command:
 
     def reset_context(self, conversation_id: int, ids: Sequence[int] = ()) -> None:
         self._main_only("reset_context")
-        ids = list(ids)
+        ids = check_ids(ids, "entry ids")
         conv = self._conversation(conversation_id)
         refs = self._refs(ids)
         conv.reset_context(seq=self._peek(), ids=ids, refs=refs)
@@ -369,6 +401,7 @@ class Command:
 
     def delete_conversation(self, conversation_id: int) -> None:
         self._main_only("delete_conversation")
+        check_id(conversation_id, "conversation_id")
         if conversation_id == self._line.session.root_id:
             raise CommandRejectedError(
                 f"conversation {conversation_id} is the session's root and cannot be deleted"
@@ -558,6 +591,7 @@ class Command:
 
     # ------------------------------------------------------------------ tasks (§5, §6.1)
     def _task(self, task_id: int) -> Task:
+        check_id(task_id, "task_id")
         task = self.touched_tasks.get(task_id)
         if task is None:
             task = self._line.load_task(task_id)
@@ -643,7 +677,11 @@ class Command:
         text = dumps(definition.check_state(None, state), what="task state")
         conv = self._conversation(conversation_id)
         conv.check_accepts_work()
-        after = list(after)
+        after = check_ids(after, "after")
+        check_optional_id(spawned_by, "spawned_by")
+        _check_schedule(not_before, required_permit)
+        if type(foreground) is not bool:
+            raise InvalidArgumentError(f"foreground must be True or False, got {foreground!r}")
         self._check_dependencies(None, conversation_id, after)
         if spawned_by is not None:
             marked = self.abort_marked(spawned_by)
@@ -696,7 +734,11 @@ class Command:
         text = None
         if not isinstance(state, _Unset):
             text = dumps(definition.check_state(task_id, state), what="task state")
-        new_after = list(task.after) if after is None else list(after)
+        new_after = list(task.after) if after is None else check_ids(after, "after")
+        _check_schedule(
+            None if isinstance(not_before, _Unset) else not_before,
+            None if isinstance(required_permit, _Unset) else required_permit,
+        )
         if after is not None:
             self._check_dependencies(task_id, task.conversation_id, new_after)
         task.patch(
@@ -759,6 +801,7 @@ class Command:
         """Is the task marked for cancellation (§6.4), with this batch's own marks; None
         for an unknown task. Answered from the line's cached aggregate when it has one (it
         is the only writer), else by one read."""
+        check_id(task_id, "task_id")
         task = self.touched_tasks.get(task_id) or self._line.cached_task(task_id)
         if task is not None:
             return task.abort_requested
@@ -839,6 +882,20 @@ class Command:
             self._core = False
         self._request_keys[key] = payload
         return new_id, True
+
+
+def _check_schedule(not_before: object, required_permit: object) -> None:
+    if not_before is not None and not (
+        type(not_before) in (int, float) and math.isfinite(not_before)  # type: ignore[arg-type]
+    ):
+        raise InvalidArgumentError(
+            "not_before must be a finite number of seconds on the harness clock, or None; "
+            f"got {not_before!r}"
+        )
+    if required_permit is not None and type(required_permit) is not str:
+        raise InvalidArgumentError(
+            f"required_permit must be a permit name (a string) or None, got {required_permit!r}"
+        )
 
 
 def _session_write(

@@ -48,6 +48,7 @@ from pico.application.state import (
 from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.application.tools import Tool, ToolRegistry
 from pico.domain.errors import CommandRejectedError, UnknownConversationError
+from pico.domain.ids import check_id, check_optional_id
 from pico.domain.json import JsonValue, dumps
 from pico.domain.values import (
     ConversationSnapshot,
@@ -476,6 +477,7 @@ class ConversationHandle:
 
     async def cancel_queued(self, input_id: int) -> str:
         """``cancelled`` | ``already_consumed`` | ``not_found``."""
+        check_id(input_id, "input_id")
 
         def build(tx: Command) -> str:
             for mode in MODES:
@@ -550,6 +552,7 @@ class ConversationHandle:
     async def result(self, input_id: int) -> InputResult | None:
         """The outcome of an accepted input (§8.1), or None if no such input. Only a
         durable outcome is reported: deferred settlements are committed first."""
+        check_id(input_id, "input_id")
         self.harness._line.flush()
         stored = await self.harness.get_value(input_result_address(input_id))
         if not isinstance(stored, dict):
@@ -759,6 +762,7 @@ class ConversationHandle:
         work), its unfinished dependencies and all live work in conversations it owns.
         Without ``task_id``, every detached root in this tree. Selected and marked in ONE
         command."""
+        check_optional_id(task_id, "task_id")
         scheduler = self.harness.scheduler
 
         def build(tx: Command) -> list[int]:

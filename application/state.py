@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from pico.domain.errors import (
     AddressPolicyError,
@@ -20,7 +21,15 @@ from pico.domain.errors import (
     InvalidJsonError,
     StoredTypeError,
 )
-from pico.domain.json import dumps
+from pico.domain.ids import check_id
+from pico.domain.json import (
+    JsonObject,
+    JsonValue,
+    check_json,
+    dumps,
+    is_strict_json,
+    loads,
+)
 from pico.domain.state import (
     SESSION_SCOPE,
     check_namespace,
@@ -63,12 +72,19 @@ def _adapter_for(type_: Any) -> TypeAdapter[Any]:
     return found
 
 
+def _is_untyped(type_: Any) -> bool:
+    """Types whose stored form is the value itself: its strict-JSON check is the type check
+    (pydantic cannot build an adapter for the recursive ``JsonValue`` alias)."""
+    return type_ is Any or type_ is object or type_ in (JsonValue, JsonObject)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Address(Generic[T]):
     namespace: str
     type_: Any = Any
     key: str | None = None
     _adapter: TypeAdapter[Any] = field(init=False, repr=False, compare=False)
+    _untyped: bool = field(init=False, repr=False, compare=False)
 
     scope_kind = "session"
     kind = "value"
@@ -77,7 +93,9 @@ class Address(Generic[T]):
         if self.key is not None and (not isinstance(self.key, str) or self.key == ""):
             raise CommandRejectedError("an address key must be a non-empty string or None")
         check_namespace(self.namespace, core=True)
-        object.__setattr__(self, "_adapter", _adapter_for(self.type_))
+        untyped = _is_untyped(self.type_)
+        object.__setattr__(self, "_untyped", untyped)
+        object.__setattr__(self, "_adapter", _adapter_for(Any if untyped else self.type_))
 
     @property
     def rewind(self) -> bool:
@@ -88,17 +106,57 @@ class Address(Generic[T]):
         return self.key or ""
 
     def encode(self, value: Any) -> str:
-        """Validate ``value`` strictly against the address type; return its JSON text."""
+        """Validate ``value`` strictly against the address type; return its JSON text.
+
+        An untyped address (``Any``/``object``) stores the value itself, so it must be
+        strict JSON (the one gate, ``dumps``). A typed address stores its type's JSON form
+        and accepts it only if that form reads back equal to what was written: a NaN float
+        that would serialize as null, or any value the type cannot round-trip, is refused
+        rather than silently changed."""
+        what = f"value of {self.namespace!r}"
+        if self._untyped:
+            if self.type_ == JsonObject and not isinstance(value, dict):
+                raise InvalidJsonError(
+                    f"{what}: {type(value).__name__} is not a JSON object; the address type "
+                    "is JsonObject (a dict with string keys)"
+                )
+            return dumps(value, what=what)
         try:
             valid = self._adapter.validate_python(value, strict=True)
+            dumped = self._adapter.dump_python(valid, mode="json")
         except ValidationError as exc:
             raise InvalidJsonError(
                 f"value for {self.namespace!r} does not match its address type "
                 f"{self.type_!r}: {exc.errors()[0]['msg']}"
             ) from exc
-        return dumps(self._adapter.dump_python(valid, mode="json"), what=self.namespace)
+        except (PydanticSerializationError, RecursionError, ValueError) as exc:
+            check_json(value, what=what)  # a path-naming verdict when the value is plain data
+            raise InvalidJsonError(
+                f"{what} cannot be stored as JSON through its address type {self.type_!r}: "
+                f"{str(exc)[:120]}"
+            ) from exc
+        text = dumps(dumped, what=what)
+        if is_strict_json(value):
+            return text  # plain JSON validated strictly against its type: stored as given
+        try:
+            same = self._adapter.validate_json(text) == valid
+        except (ValidationError, RecursionError, ValueError):
+            same = False
+        if not same:
+            if isinstance(value, (dict, list, tuple, set, frozenset, float, str, bytes)):
+                check_json(value, what=what)  # name the offending path when there is one
+            raise InvalidJsonError(
+                f"{what} would be stored as {text[:80]} and read back as something else "
+                f"through its address type {self.type_!r}; store a value whose JSON form "
+                "reads back equal (e.g. a finite float, well-formed text)"
+            )
+        return text
 
     def decode(self, text: str) -> T:
+        if self._untyped:
+            plain: T = loads(text)  # type: ignore[assignment]
+            if self.type_ != JsonObject or isinstance(plain, dict):
+                return plain
         try:
             result: T = self._adapter.validate_json(text)
         except ValidationError as exc:
@@ -250,6 +308,8 @@ def working_list(
 
 def scope_of(address: Address[Any], conversation_id: int | None) -> str:
     """The storage scope of an address, checking the scope fits the call."""
+    if conversation_id is not None:
+        check_id(conversation_id, "conversation_id")
     if isinstance(address, WorkingValue):
         if conversation_id is not None:
             raise AddressPolicyError("a working address is not bound to a conversation")

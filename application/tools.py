@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from pico.application.model import ToolSpec, Usage
-from pico.domain.errors import CommandRejectedError, PicoError
-from pico.domain.json import JsonObject, JsonValue, strict_json
+from pico.domain.errors import CommandRejectedError, InvalidJsonError, PicoError
+from pico.domain.json import JsonObject, JsonValue, check_json, strict_json
 
 __all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolOutcome", "ToolRegistry"]
 
@@ -30,6 +30,12 @@ OUTPUT_CAP = 64_000
 MAX_IMAGES = 8
 IMAGE_CAP_BYTES = 5 * 2**20
 TRUNCATED = "\n[output truncated]"
+
+
+def _check_text(text: object, what: str) -> None:
+    if not isinstance(text, str):
+        raise InvalidJsonError(f"{what} must be text (a str), not {type(text).__name__}")
+    check_json(text, what=what)
 
 
 class ToolArgumentsError(PicoError):
@@ -80,7 +86,10 @@ class ToolContext:
         return self.signal.is_set()
 
     async def write(self, text: str) -> None:
-        """Append progress text (bounded); awaits the sink so progress is admitted in order."""
+        """Append progress text (bounded); awaits the sink so progress is admitted in order.
+        Text that is not well-formed (not a ``str``, or with a lone surrogate) raises
+        ``InvalidJsonError`` here, in the tool, before anything is kept."""
+        _check_text(text, f"progress text of tool {self.tool_name!r}")
         admitted = self._keep(text)
         if admitted and self._sink is not None:
             await self._sink(admitted)
@@ -193,6 +202,10 @@ class Tool:
         except Exception as exc:
             return ctx.outcome(is_error=True, text=f"{type(exc).__name__}: {exc}")
         if final is not None:
+            try:
+                _check_text(final, f"the result of tool {self.name!r}")
+            except InvalidJsonError as exc:
+                return ctx.outcome(is_error=True, text=f"InvalidJsonError: {exc}")
             # The returned text is the result, published by the settlement that follows at
             # once: it is not progress, so it does not go through the sink (a working commit
             # that the settlement would retire immediately).

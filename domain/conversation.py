@@ -17,6 +17,7 @@ from pico.domain.errors import (
     ContextEditError,
     ConversationDeletedError,
     ExchangeSplitError,
+    NotInContextError,
     StalePrefixError,
     UnknownEntryError,
 )
@@ -291,10 +292,11 @@ class Conversation(Aggregate):
         try:
             index = self.context.index(through)
         except ValueError:
-            raise StalePrefixError(
+            raise NotInContextError(
                 self.conversation_id,
                 f"entry {through} is not in the current context, so there is no prefix "
-                "ending at it to replace",
+                "ending at it to replace; pass an id from the current context "
+                "(conversation.snapshot().context)",
             ) from None
         self._check_no_pending("replace a context prefix")
         self._check_visible(replacement, refs)

@@ -1,10 +1,29 @@
-"""Identity: one session-global sequence; aggregate UUIDs derived from it."""
+"""Identity: one session-global sequence; aggregate UUIDs derived from it.
+
+Also the one check of every id, position, page limit and mode argument at the public
+boundary, so every backend gives the same typed answer to a malformed one.
+"""
 
 from __future__ import annotations
 
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-__all__ = ["MAX_SEQ", "conversation_uuid", "session_uuid", "task_uuid"]
+from pico.domain.errors import InvalidArgumentError
+
+__all__ = [
+    "MAX_ID",
+    "MAX_SEQ",
+    "check_choice",
+    "check_id",
+    "check_ids",
+    "check_limit",
+    "check_optional_id",
+    "check_optional_position",
+    "check_position",
+    "conversation_uuid",
+    "session_uuid",
+    "task_uuid",
+]
 
 #: Ids are positive safe integers (§3.1); allocating past this rejects.
 MAX_SEQ = 2**53 - 1
@@ -22,3 +41,64 @@ def conversation_uuid(session_id: str, conversation_id: int) -> UUID:
 
 def task_uuid(session_id: str, task_id: int) -> UUID:
     return uuid5(_NS, f"session/{session_id}/task/{task_id}")
+
+
+#: The largest id or position any backend can store (a signed 64-bit column).
+MAX_ID = 2**63 - 1
+
+
+def _invalid(what: str, value: object, rule: str) -> InvalidArgumentError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return InvalidArgumentError(f"{what} must be {rule}, got {shown} ({type(value).__name__})")
+
+
+def check_id(value: object, what: str) -> int:
+    """An entry, conversation, task or input id: an ``int`` (never a bool, float or str) from
+    1 to 2**63 - 1. Returns it; raises ``InvalidArgumentError`` naming ``what`` otherwise.
+    A well-formed id that does not exist is not an error here (lookups answer None)."""
+    if type(value) is int and 0 < value <= MAX_ID:
+        return value
+    raise _invalid(what, value, f"an integer id from 1 to {MAX_ID}")
+
+
+def check_ids(values: object, what: str) -> list[int]:
+    """A sequence of ids (a list or tuple, never a str, bytes, set or mapping), each as
+    ``check_id``; returns them as a new list."""
+    if not isinstance(values, (list, tuple)):
+        raise _invalid(what, values, "a list or tuple of integer ids")
+    for i, value in enumerate(values):
+        if not (type(value) is int and 0 < value <= MAX_ID):
+            raise _invalid(f"{what}[{i}]", value, f"an integer id from 1 to {MAX_ID}")
+    return list(values)
+
+
+def check_optional_id(value: object, what: str) -> int | None:
+    return None if value is None else check_id(value, what)
+
+
+def check_position(value: object, what: str) -> int:
+    """A sequence position or cursor (``as_of``, ``after``, ``before``, a page cursor): an
+    ``int`` from 0 (before the first commit) to 2**63 - 1."""
+    if type(value) is int and 0 <= value <= MAX_ID:
+        return value
+    raise _invalid(what, value, f"an integer position from 0 to {MAX_ID}")
+
+
+def check_optional_position(value: object, what: str) -> int | None:
+    return None if value is None else check_position(value, what)
+
+
+def check_limit(value: object, what: str = "limit", *, maximum: int) -> int:
+    """A page size: an ``int`` (never a bool or float) from 1 to ``maximum``."""
+    if type(value) is int and 1 <= value <= maximum:
+        return value
+    raise _invalid(what, value, f"an integer from 1 to {maximum}")
+
+
+def check_choice(value: object, what: str, choices: tuple[str, ...]) -> str:
+    """A mode argument: one of ``choices`` (exact strings)."""
+    if type(value) is str and value in choices:
+        return value
+    raise _invalid(what, value, "one of " + ", ".join(repr(c) for c in choices))

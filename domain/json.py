@@ -1,4 +1,13 @@
-"""Strict JSON: the only payload shape pico stores.
+"""Strict JSON: the only payload shape pico stores (seed 003 §4.1).
+
+``dumps`` is the one gate every write path calls before any id is allocated: entry
+content and metadata, summaries, handoffs, task state, tool results, inputs and every
+scoped value or list element. It refuses, as ``InvalidJsonError`` naming the path, what
+the JSON encoder would otherwise store as something else: NaN and infinities, tuples,
+sets, bytes, ``Decimal``, ``range`` and other non-JSON objects, non-string object keys,
+lone surrogates in any string or key, and nesting deeper than ``MAX_DEPTH`` levels.
+``str``, ``int`` and ``float`` subclasses (e.g. ``IntEnum``, ``StrEnum``) are stored as
+their base type's value, which compares equal; ``bool`` is JSON's own true/false.
 
 Payloads are validated and copied at the boundary, so a caller can never mutate stored
 data through an object it passed in or got back.
@@ -12,25 +21,76 @@ from typing import Any, TypeAlias
 
 from pico.domain.errors import InvalidJsonError
 
-__all__ = ["JsonObject", "JsonValue", "dumps", "loads", "strict_json"]
+__all__ = [
+    "MAX_DEPTH",
+    "JsonObject",
+    "JsonValue",
+    "check_json",
+    "dumps",
+    "is_strict_json",
+    "loads",
+    "strict_json",
+]
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 JsonObject: TypeAlias = dict[str, JsonValue]
 
-_MAX_DEPTH = 200
+#: Containers nest at most this deep in every payload kind (the top level is depth 0).
+MAX_DEPTH = 200
+
+
+def _utf8(text: str) -> bool:
+    """Can ``text`` be stored as UTF-8 (no lone surrogate)? Callers try ``isascii`` first:
+    it answers the common case without a copy."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _surrogate_at(text: str) -> int:
+    return next(i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF)
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 120 else f"{path[:50]}...{path[-60:]}"
 
 
 def _check(value: Any, path: str, depth: int) -> None:
-    if depth > _MAX_DEPTH:
-        raise InvalidJsonError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, str)):
+    """Raise ``InvalidJsonError`` naming the first offending path; return if valid."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        if not (value.isascii() or _utf8(value)):
+            raise InvalidJsonError(
+                f"{_short(path)}: the string {_shown(value)} has a lone surrogate at index "
+                f"{_surrogate_at(value)}, which is not valid Unicode text; pass well-formed "
+                "text (surrogate pairs joined, e.g. decoded with errors='strict')"
+            )
         return
     if isinstance(value, int):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidJsonError(f"{path}: {value!r} is not a JSON number (NaN/Infinity)")
+            raise InvalidJsonError(
+                f"{_short(path)}: {value!r} is not a JSON number (NaN and infinities are "
+                "not JSON); store a finite number, a string or null"
+            )
         return
+    if isinstance(value, (list, dict)) and depth >= MAX_DEPTH:
+        raise InvalidJsonError(
+            f"{_short(path)}: nested deeper than {MAX_DEPTH} levels; flatten the payload "
+            "(or store the deep part as JSON text)"
+        )
     if isinstance(value, list):
         for i, item in enumerate(value):
             _check(item, f"{path}[{i}]", depth + 1)
@@ -38,12 +98,27 @@ def _check(value: Any, path: str, depth: int) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise InvalidJsonError(f"{path}: object key {key!r} is not a string")
-            _check(item, f"{path}.{key}", depth + 1)
+                raise InvalidJsonError(
+                    f"{_short(path)}: object key {key!r} is a {type(key).__name__}, not a string; "
+                    "JSON object keys are strings (convert it yourself, e.g. str(key))"
+                )
+            if not (key.isascii() or _utf8(key)):
+                raise InvalidJsonError(
+                    f"{_short(path)}: object key {_shown(key)} has a lone surrogate at index "
+                    f"{_surrogate_at(key)}, which is not valid Unicode text"
+                )
+            _check(item, _key_path(path, key), depth + 1)
         return
-    raise InvalidJsonError(
-        f"{path}: {type(value).__name__} is not JSON; use dict, list, str, int, float, bool or None"
-    )
+    hint = {
+        "tuple": "use a list",
+        "set": "use a sorted list",
+        "frozenset": "use a sorted list",
+        "bytes": "decode it to text or base64 first",
+        "bytearray": "decode it to text or base64 first",
+        "Decimal": "use a string (exact) or a float",
+        "range": "use list(range(...))",
+    }.get(type(value).__name__, "use dict, list, str, int, float, bool or None")
+    raise InvalidJsonError(f"{_short(path)}: {type(value).__name__} is not JSON; {hint}")
 
 
 def _valid(value: Any, depth: int) -> bool:
@@ -51,15 +126,19 @@ def _valid(value: Any, depth: int) -> bool:
     (anything else, e.g. a str subclass or a bad value, takes ``_check`` for the verdict
     and the message)."""
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is str:
+        return value.isascii() or _utf8(value)  # type: ignore[no-any-return]
+    if t is int or t is bool or value is None:
         return True
     if t is float:
         return math.isfinite(value)
-    if depth >= _MAX_DEPTH:
+    if depth >= MAX_DEPTH:
         return False
     if t is dict:
         for key, item in value.items():
-            if type(key) is not str or not _valid(item, depth + 1):
+            if type(key) is not str or not (key.isascii() or _utf8(key)):
+                return False
+            if not _valid(item, depth + 1):
                 return False
         return True
     if t is list:
@@ -72,6 +151,19 @@ def _valid(value: Any, depth: int) -> bool:
 
 # One encoder: json.dumps builds a new one per call for non-default options.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def is_strict_json(value: Any) -> bool:
+    """The fast verdict alone: True when ``value`` is strict JSON of exact built-in types
+    (False may still be valid, e.g. a str subclass: ``check_json`` decides)."""
+    return _valid(value, 0)
+
+
+def check_json(value: Any, *, what: str = "payload") -> None:
+    """Validate ``value`` as strict JSON without encoding it; ``InvalidJsonError`` names
+    the first offending path (``what`` is its root)."""
+    if not _valid(value, 0):
+        _check(value, what, 0)
 
 
 def dumps(value: Any, *, what: str = "payload") -> str:

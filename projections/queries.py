@@ -14,8 +14,18 @@ from typing import NamedTuple, Protocol
 
 from pico.domain.errors import (
     HistoricalReadError,
+    InvalidArgumentError,
     InvalidPositionError,
     UnknownConversationError,
+)
+from pico.domain.ids import (
+    check_choice,
+    check_id,
+    check_ids,
+    check_limit,
+    check_optional_id,
+    check_optional_position,
+    check_position,
 )
 from pico.domain.json import loads
 from pico.domain.state import conversation_scope
@@ -191,10 +201,29 @@ def _to_entry(row: EntryRow) -> Entry:
     )
 
 
-def _limit(limit: int) -> int:
-    if not isinstance(limit, int) or limit < 1 or limit > MAX_PAGE:
-        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
-    return limit
+_ORDERS = ("asc", "desc")
+
+
+def _page_args(after: int | None, before: int | None, order: Order, limit: int) -> int:
+    """The shared cursor arguments of every page read, checked once; returns the limit."""
+    check_optional_position(after, "after")
+    check_optional_position(before, "before")
+    check_choice(order, "order", _ORDERS)
+    return check_limit(limit, maximum=MAX_PAGE)
+
+
+def _optional_str(value: object, what: str) -> None:
+    if value is not None and type(value) is not str:
+        raise InvalidArgumentError(
+            f"{what} must be a string or None, got {value!r} ({type(value).__name__})"
+        )
+
+
+def _optional_bool(value: object, what: str) -> None:
+    if value is not None and type(value) is not bool:
+        raise InvalidArgumentError(
+            f"{what} must be True, False or None, got {value!r} ({type(value).__name__})"
+        )
 
 
 class Queries:
@@ -213,12 +242,14 @@ class Queries:
         return m.main_head if m else 0
 
     def is_main_boundary(self, position: int) -> bool:
+        check_position(position, "position")
         with self.store.read():
             return self.store.is_main_boundary(position)
 
     # -- conversations
     def lineage(self, conversation_id: int) -> list[tuple[int, int]]:
         """[(ancestor, cutoff), ...] nearest first; one point read per fork level."""
+        check_id(conversation_id, "conversation_id")
         with self.store.read():
             return self._lineage(conversation_id)
 
@@ -227,15 +258,18 @@ class Queries:
 
     def owners(self, ids: Sequence[int]) -> dict[int, int | None]:
         """Owner task of each conversation: one point read each, never the context."""
+        ids = check_ids(ids, "conversation ids")
         with self.store.read():
-            rows = self.store.conversation_rows(list(ids))
+            rows = self.store.conversation_rows(ids)
         return {i: r.owner_task_id for i, r in rows.items()}
 
     def get_conversations(
         self, ids: Sequence[int], as_of: int | None = None
     ) -> dict[int, ConversationSnapshot]:
+        ids = check_ids(ids, "conversation ids")
+        check_optional_position(as_of, "as_of")
         with self.store.read():
-            rows = self.store.conversation_rows(list(ids))
+            rows = self.store.conversation_rows(ids)
             out: dict[int, ConversationSnapshot] = {}
             if as_of is None:
                 live = [r.id for r in rows.values()]
@@ -284,7 +318,9 @@ class Queries:
         order: Order = "asc",
         limit: int = 100,
     ) -> Page[ConversationSnapshot]:
-        limit = _limit(limit)
+        check_optional_id(source_conversation_id, "source_conversation_id")
+        check_optional_id(owner_task_id, "owner_task_id")
+        limit = _page_args(after, before, order, limit)
         with self.store.read():
             meta = self.store.meta()
             rows = self.store.scan_conversation_rows(
@@ -313,10 +349,14 @@ class Queries:
     ) -> tuple[int, list[tuple[int, int]]] | None:
         """(prefix revision, [(position, entry id), ...] after ``after_position``) of the
         current context, in one snapshot; positions only grow between prefix revisions."""
+        check_id(conversation_id, "conversation_id")
+        check_optional_position(after_position, "after_position")
         with self.store.read():
             return self.store.context_tail(conversation_id, after_position)
 
     def context_as_of(self, conversation_id: int, position: int) -> tuple[int, ...]:
+        check_id(conversation_id, "conversation_id")
+        check_position(position, "position")
         with self.store.read():
             return tuple(self._context_as_of(conversation_id, position))
 
@@ -331,8 +371,9 @@ class Queries:
 
     # -- entries
     def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]:
+        ids = check_ids(ids, "entry ids")
         with self.store.read():
-            rows = self.store.entry_rows(list(ids), content=content)
+            rows = self.store.entry_rows(ids, content=content)
         return {i: _to_entry(r) for i, r in rows.items()}
 
     def scan_entries(
@@ -350,7 +391,11 @@ class Queries:
     ) -> Page[Entry]:
         """A transcript page: the inherited prefix plus local entries, each entry keeping
         its original conversation id. Filters apply before the limit."""
-        limit = _limit(limit)
+        check_id(conversation_id, "conversation_id")
+        limit = _page_args(after, before, order, limit)
+        check_optional_position(as_of, "as_of")
+        _optional_str(kind, "kind")
+        _optional_str(key, "key")
         with self.store.read():
             meta = self.store.meta()
             main_head = meta.main_head if meta else 0
@@ -451,6 +496,7 @@ class StateQueries:
     def get_value(
         self, scope: str, namespace: str, key: str, *, rewind: bool, as_of: int | None = None
     ) -> tuple[int, str] | None:
+        check_optional_position(as_of, "as_of")
         conversation = _conversation_of(scope)
         with self.store.read():
             if not (rewind and conversation is not None):
@@ -480,7 +526,8 @@ class StateQueries:
         limit: int = 100,
         as_of: int | None = None,
     ) -> Page[tuple[int, str]]:
-        limit = _limit(limit)
+        limit = _page_args(after, before, order, limit)
+        check_optional_position(as_of, "as_of")
         conversation = _conversation_of(scope)
         with self.store.read():
             upper_cap = None if before is None else before - 1
@@ -534,7 +581,15 @@ class StateQueries:
     ) -> ValuePage:
         """Current values of one scope ordered by (namespace, key); the cursor is the last
         (namespace, key) returned."""
-        limit = _limit(limit)
+        limit = check_limit(limit, maximum=MAX_PAGE)
+        _optional_str(namespace, "namespace")
+        if after is not None and not (
+            type(after) is tuple and len(after) == 2 and all(type(a) is str for a in after)
+        ):
+            raise InvalidArgumentError(
+                "after must be a (namespace, key) tuple of strings from a previous page's "
+                f"next, or None; got {after!r}"
+            )
         with self.store.read():
             rows = self.store.scan_values(scope, namespace=namespace, after=after, limit=limit + 1)
             head = self._head()
@@ -570,8 +625,9 @@ class TaskQueries:
         self.store = store
 
     def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]:
+        ids = check_ids(ids, "task ids")
         with self.store.read():
-            rows = self.store.task_rows(list(ids))
+            rows = self.store.task_rows(ids)
         return {i: _task(r) for i, r in rows.items()}
 
     def scan_tasks(
@@ -588,7 +644,14 @@ class TaskQueries:
         order: Order = "asc",
         limit: int = 100,
     ) -> Page[TaskSnapshot]:
-        limit = _limit(limit)
+        if conversation_ids is not None:
+            conversation_ids = check_ids(conversation_ids, "conversation_ids")
+        _optional_bool(live, "live")
+        _optional_bool(foreground, "foreground")
+        _optional_bool(abort_requested, "abort_requested")
+        _optional_str(role, "role")
+        _optional_str(kind, "kind")
+        limit = _page_args(after, before, order, limit)
         if live is None and role is not None and role != "terminal":
             live = True  # a live role lies in the live set: its indexes, never history
         with self.store.read():
@@ -635,6 +698,7 @@ class TaskQueries:
                 after = rows[-1].id
 
     def owned_conversations(self, conversation_id: int) -> list[int]:
+        check_id(conversation_id, "conversation_id")
         with self.store.read():
             return self.store.owned_conversations(conversation_id)
 

@@ -191,7 +191,7 @@ async def test_illegal_context_edits_are_rejected_without_writing(backend: Backe
         (pico.ContextEditError, lambda tx: tx.append_context(c.id, [m[0]])),  # out of order
         (pico.ContextEditError, lambda tx: tx.append_context(c.id, [foreign])),  # foreign
         (pico.UnknownEntryError, lambda tx: tx.append_context(c.id, [head + 100])),
-        (pico.StalePrefixError, lambda tx: tx.replace_context_prefix(c.id, unselected, [])),
+        (pico.NotInContextError, lambda tx: tx.replace_context_prefix(c.id, unselected, [])),
         (
             pico.StalePrefixError,
             lambda tx: tx.replace_context_prefix(c.id, m[1], [], expected_revision=7),
@@ -399,7 +399,7 @@ async def test_transcript_pages_filter_before_limit_and_honour_as_of(backend: Ba
     assert [e.id for e in window.items] == ids[3:6]
     last_page = await c.entries(order="desc", limit=3)
     assert [e.id for e in last_page.items] == ids[::-1][:3]
-    with pytest.raises(ValueError):
+    with pytest.raises(pico.InvalidArgumentError, match="from 1 to 1000"):
         await c.entries(limit=0)
     await h.close()
 
