@@ -33,6 +33,7 @@ from pico.application.model import (
     Usage,
     estimate_tokens,
 )
+from pico.application.ports import ReadPort
 from pico.application.projection import Projection, ProjectionCache, project_context
 from pico.application.scheduler import Execution
 from pico.application.state import ConversationValue, SessionValue, working_list
@@ -146,14 +147,48 @@ def place(
     return triggers
 
 
-def cancel_queued_inputs(tx: Command, conversation_id: int, modes: Sequence[str]) -> list[int]:
-    cancelled = []
-    for input_id, mode in queued(tx, conversation_id, modes):
+def cancel_queued_inputs(
+    tx: Command,
+    conversation_id: int,
+    modes: Sequence[str],
+    *,
+    reason: str = "aborted",
+    deleted: bool = False,
+) -> list[int]:
+    """Cancel the queued inputs of ``modes`` in one conversation: dequeue each and record
+    ``cancelled`` with ``reason``. Admission entries stay in the transcript (§8.1). A
+    deleted conversation accepts no writes: only the results are recorded there."""
+    items = queued(tx, conversation_id, modes)
+    if not deleted:
         with tx.core():
-            tx.delete_value(queue_address(mode, input_id), conversation_id=conversation_id)
-        set_results(tx, [input_id], {"status": "cancelled", "reason": "aborted"})
-        cancelled.append(input_id)
+            for input_id, mode in items:
+                tx.delete_value(queue_address(mode, input_id), conversation_id=conversation_id)
+    cancelled = [input_id for input_id, _ in items]
+    set_results(tx, cancelled, {"status": "cancelled", "reason": reason})
     return cancelled
+
+
+def cancel_every_queued_input(tx: Command, reads: ReadPort, *, reason: str) -> list[int]:
+    """Cancel every queued input of every mode in every conversation of the session (§6.6
+    shutdown). Conversations are enumerated in id pages (no index spans the queue
+    namespaces of all conversations), each queue read as ``queued()`` reads it: a seek to
+    its ``pico.queue.*`` namespaces, never a scan of history. Run inside the builder, so
+    every read shares the command's snapshot."""
+    cancelled: list[int] = []
+    after: int | None = None
+    while True:
+        page = reads.scan_conversations(after=after, limit=MAX_CONVERSATION_PAGE)
+        for conv in page.items:
+            cancelled += cancel_queued_inputs(
+                tx, conv.id, MODES, reason=reason, deleted=conv.deleted
+            )
+        if page.next is None:
+            return cancelled
+        after = page.next
+
+
+#: Conversations read per page when shutdown enumerates the session's queues.
+MAX_CONVERSATION_PAGE = 1000
 
 
 def set_results(tx: Command, inputs: Sequence[int], result: JsonObject) -> None:

@@ -7,6 +7,7 @@ durable and published.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
@@ -16,6 +17,7 @@ from pico.application.agent import (
     InputResult,
     agent_definitions,
     answer_held_call,
+    cancel_every_queued_input,
     cancel_queued_inputs,
     decide_held_approval,
     enqueue,
@@ -47,7 +49,7 @@ from pico.application.state import (
 )
 from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.application.tools import Tool, ToolRegistry
-from pico.domain.errors import CommandRejectedError, UnknownConversationError
+from pico.domain.errors import CommandRejectedError, ShuttingDownError, UnknownConversationError
 from pico.domain.ids import check_id, check_optional_id
 from pico.domain.json import JsonValue, dumps
 from pico.domain.values import (
@@ -75,6 +77,8 @@ class Harness:
         self.scheduler = Scheduler(line, clock or SystemClock())
         self.services: AgentServices | None = None
         line.on_commit = self.scheduler.committed
+        # Set when shutdown() starts (public admission sealed); set() once it has closed.
+        self._shutdown: asyncio.Event | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -162,15 +166,43 @@ class Harness:
         }
 
     async def shutdown(self) -> None:
-        """Mark ALL live work for cancellation (background and owned descendants included),
-        drive the cancellation to settlement, then close (§6.6). A crash midway leaves the
-        marks for the next owner."""
+        """Cancel ALL live session work, then close (§6.6).
+
+        Seals public admission first: every new public command on this harness (and its
+        conversation handles) raises ``ShuttingDownError`` while shutdown runs; shutdown's
+        own commands and the settlements of executions still commit. Then ONE command, in
+        one snapshot, marks every live task (foreground, background and owned descendants)
+        and cancels every queued input of every mode in every conversation (result
+        ``cancelled``, reason ``shutdown``; admission entries stay in the transcript). A
+        session drive runs the cancellation to settlement, and the harness closes.
+
+        A crash after the marks commit leaves them durable: the next owner's drive settles
+        them. A second call joins the first (a no-op once it has finished); ``close()``
+        meanwhile stops the drive and leaves the marks for the next owner.
+
+        Raises:
+            ReadOnlyError: the harness was opened read-only.
+            HandleFaultedError: the handle faulted; reopen the session and shut it down.
+            ClosedError: the harness was closed without a shutdown.
+        """
+        if self._shutdown is not None:
+            await self._shutdown.wait()
+            return
         self._line.check_usable(write=True)
-        live = self.scheduler.live_tasks(None)
-        if live:
-            await self.command(lambda tx: [tx.request_abort(t.id) for t in live])
+        self._shutdown = asyncio.Event()
+        try:
+            await self._line.run(self._cancel_everything)
             await self.scheduler.drive(None)
-        await self.close()
+        finally:
+            await self.close()
+            self._shutdown.set()
+
+    def _cancel_everything(self, tx: Command) -> list[int]:
+        """Shutdown's one cancellation command: mark every live task, cancel every queued
+        input. Reads share the command's snapshot, so nothing created meanwhile escapes."""
+        marked = [t.id for t in self.scheduler.live_tasks(None) if tx.request_abort(t.id)]
+        cancel_every_queued_input(tx, self._line.storage.reads, reason="shutdown")
+        return marked
 
     async def __aenter__(self) -> Harness:
         return self
@@ -221,11 +253,24 @@ class Harness:
         builder only through its return value, returned after the batch is durable.
         """
         if len(args) == 1:
-            return await self._line.run(args[0])
+            return await self._admitted(args[0])
         scope, build = args
         if not isinstance(scope, WorkingScope):
             raise TypeError("command(scope, build) takes a WorkingScope first")
-        return await self._line.run(build, working=scope)
+        return await self._admitted(build, working=scope)
+
+    async def _admitted(
+        self,
+        build: Callable[[Any], T | Awaitable[T]],
+        *,
+        working: WorkingScope | None = None,
+        defer: bool = False,
+    ) -> T:
+        """A public command, refused once shutdown has sealed admission (§6.6); shutdown's
+        own commands and executions' commands use the line directly."""
+        if self._shutdown is not None and not self._line.closed:
+            raise ShuttingDownError(self.session_id)
+        return await self._line.run(build, working=working, defer=defer)
 
     # ------------------------------------------------------------------ session state
     async def get_value(
@@ -546,7 +591,7 @@ class ConversationHandle:
             return input_id
 
         if defer:
-            return await self.harness._line.run(build, defer=True)
+            return await self.harness._admitted(build, defer=True)
         return await self.harness.command(build)
 
     async def result(self, input_id: int) -> InputResult | None:
@@ -749,10 +794,18 @@ class ConversationHandle:
                     targets.append(owner_id)
             for i in targets:
                 tx.request_abort(i)
-            if selected and services is not None:
-                # Foreground abort cancels queued steering/follow-ups; writes and next_run
-                # input are preserved (§6.4, §8.2).
+            if targets and services is not None:
+                # Foreground abort cancels queued steering/follow-ups in every conversation
+                # the selection reaches: this one and those its selected tasks own (their
+                # own owned children are selected too, so this recurses); writes and
+                # next_run input are preserved (§6.4, §8.2). A repeated abort that marks
+                # nothing new joins the outstanding one and drains no new input.
                 cancel_queued_inputs(tx, self.id, ("steer", "follow_up"))
+                owned = {by_id[i].owned_conversation_id for i in selected} - {None, self.id}
+                for cid in sorted(c for c in owned if c is not None):
+                    child = tx.get_conversation(cid)
+                    deleted = child is not None and child.deleted
+                    cancel_queued_inputs(tx, cid, ("steer", "follow_up"), deleted=deleted)
             return targets
 
         return await self.harness.command(build)
