@@ -1,8 +1,12 @@
-"""The ``pico`` command line: a demo session, transcripts, and the audit log.
+"""The ``pico`` command line: a demo session, transcripts, the audit log, verification.
 
-python -m pico demo [--db demo.db]
+python -m pico demo  [--db demo.db] [--force]
 python -m pico show  --url sqlite:///demo.db [--session main]
 python -m pico audit --url sqlite:///demo.db [--session main] [--after N] [--limit N]
+python -m pico check sqlite:///demo.db [--session main]
+
+No command deletes or rewrites a file it was not asked to create (``demo --force`` is the
+one explicit exception); every error is one line on stderr and a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -10,19 +14,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
+from pico._version import package_version
 from pico.application.clock import FakeClock
 from pico.application.faux import FauxProvider, FauxResponse
 from pico.application.harness import ConversationHandle, Harness
+from pico.application.ports import AuditRecord
 from pico.application.tools import Tool, ToolContext
-from pico.domain.errors import PicoError
+from pico.domain.errors import InvalidArgumentError, PicoError
 from pico.domain.json import JsonObject, JsonValue
 
-__all__ = ["main"]
+__all__ = ["AUDIT_PAGE", "audit_records", "build_parser", "main"]
+
+#: Events read per page while ``audit`` streams: memory stays flat for any log length.
+AUDIT_PAGE = 1000
+
+#: The demo's default file; taken names get a number (``pico-demo-2.db``) instead.
+DEMO_DB = Path("pico-demo.db")
 
 
 def _text(content: JsonValue) -> str:
@@ -126,9 +139,8 @@ def _demo_script() -> list[Any]:
 
 async def demo(db: Path) -> str:
     """An agent session on SQLite with the faux provider and two tools: a plain turn, a
-    tool turn, an aborted turn, a reopen that continues; then the transcript."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    tool turn, an aborted turn, a reopen that continues; then the transcript. The caller
+    decides whether ``db`` may be replaced (``_clear_demo_files``)."""
     url = f"sqlite:///{db}"
     files = {"parser.py": "def parse(tokens):\n    return parse(tokens[1:])\n"}
     clock = FakeClock()
@@ -207,7 +219,8 @@ async def demo(db: Path) -> str:
     tasks = await h.tasks(limit=100)
     out.append("")
     out.append("tasks: " + ", ".join(f"{t.id} {t.kind} {t.status}" for t in tasks.items))
-    out.append(f"session head {h.head()}, {len(h.audit(limit=100000))} events in the audit log")
+    events = sum(1 for _ in audit_records(h))
+    out.append(f"session head {h.head()}, {events} events in the audit log")
     await h.close()
     return "\n".join(out)
 
@@ -227,49 +240,244 @@ async def show(url: str, session: str) -> str:
     return "\n".join(out)
 
 
-async def audit(url: str, session: str, after: int, limit: int) -> str:
-    out: list[str] = []
+def audit_records(h: Harness, *, after: int = 0, page: int = AUDIT_PAGE) -> Iterator[AuditRecord]:
+    """Every stored event after position ``after``, read page by page (constant memory)."""
+    while True:
+        records = h.audit(after=after, limit=page)
+        yield from records
+        if len(records) < page:
+            return
+        after = records[-1].position
+
+
+def _audit_line(r: AuditRecord) -> str:
+    return json.dumps(
+        {
+            "position": r.position,
+            "at": r.timestamp.isoformat() if r.timestamp else "-",
+            "aggregate": r.aggregate,
+            "version": r.version,
+            "event": r.event,
+            "payload": r.payload,
+        },
+        ensure_ascii=False,
+    )
+
+
+async def audit(
+    url: str,
+    session: str,
+    *,
+    after: int = 0,
+    limit: int | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    page: int = AUDIT_PAGE,
+) -> int:
+    """Print the session's events after ``after`` as JSON lines, as they are read. With a
+    ``limit``, print at most that many and say on ``err`` how many remain and where to
+    page on. Returns the number of events printed."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    printed = 0
     async with await Harness.open(url, session=session, read_only=True) as h:
-        for r in h.audit(after=after, limit=limit):
-            when = r.timestamp.isoformat() if r.timestamp else "-"
-            out.append(
-                json.dumps(
-                    {
-                        "position": r.position,
-                        "at": when,
-                        "aggregate": r.aggregate,
-                        "version": r.version,
-                        "event": r.event,
-                        "payload": r.payload,
-                    },
-                    ensure_ascii=False,
+        last = after
+        for r in audit_records(
+            h, after=after, page=page if limit is None else min(page, limit + 1)
+        ):
+            if limit is not None and printed == limit:
+                remaining = sum(1 for _ in audit_records(h, after=last, page=page))
+                noun = "event remains" if remaining == 1 else "events remain"
+                print(
+                    f"pico: printed {printed} events (--limit {limit}); {remaining} more {noun}: "
+                    f"continue with --after {last}",
+                    file=err,
                 )
+                break
+            out.write(_audit_line(r) + "\n")
+            printed += 1
+            last = r.position
+        out.flush()
+    return printed
+
+
+def _free_demo_path() -> Path:
+    """``pico-demo.db`` or, when taken, the first free ``pico-demo-N.db``: running the demo
+    twice never touches an earlier run's file."""
+    n = 1
+    while True:
+        path = DEMO_DB if n == 1 else DEMO_DB.with_name(f"{DEMO_DB.stem}-{n}{DEMO_DB.suffix}")
+        if not any(Path(f"{path}{s}").exists() for s in ("", "-wal", "-shm")):
+            return path
+        n += 1
+
+
+def _demo_path(db: Path | None, force: bool) -> Path:
+    """Where the demo may write: refuses an existing file unless ``force`` (then removes it
+    and its WAL companions so the demo starts from nothing)."""
+    if db is None:
+        return _free_demo_path()
+    if db.is_dir():
+        raise InvalidArgumentError(f"--db {db} is a directory; give a file path")
+    taken = [p for p in (Path(f"{db}{s}") for s in ("", "-wal", "-shm")) if p.exists()]
+    if taken and not force:
+        raise InvalidArgumentError(
+            f"{taken[0]} already exists and the demo would replace it; nothing was changed. "
+            "Pass --force to replace it, or --db a new path"
+        )
+    for p in taken:
+        p.unlink()
+    return db
+
+
+async def check(url: str, session: str, out: TextIO | None = None) -> int:
+    """Verify a session (``pico.check``) and print each finding on its own line."""
+    from pico.infrastructure.verify import check as verify
+
+    out = out or sys.stdout
+    report = await verify(url, session=session)
+    for finding in report.findings:
+        out.write(f"{finding}\n")
+    summary = "clean" if report.ok else f"{len(report.findings)} finding(s)"
+    skipped = "".join(f"; skipped: {s}" for s in report.skipped)
+    out.write(f"session {session!r}: {report.events} events checked, {summary}{skipped}\n")
+    out.flush()
+    return 0 if report.ok else 1
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _position(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr (its default adds the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: plain-text help, every option explained."""
+    parser = _Parser(
+        prog="pico",
+        description="pico: a durable, event-sourced agent harness. Run a demo session, read "
+        "transcripts and the event log of a session, or verify a stored session.",
+        epilog="Set PICO_DEBUG=1 to see the traceback of an unexpected error.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"pico {package_version()}", help="print the version"
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do (see COMMAND --help)"
+    )
+    p_demo = sub.add_parser(
+        "demo",
+        help="run the demo agent session on a SQLite file",
+        description="Run a demo agent session (faux model, two tools, an abort, a reopen) on "
+        "a SQLite file and print its transcript. Never replaces an existing file unless "
+        "--force is given.",
+    )
+    p_demo.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help=f"the SQLite file to create (default: {DEMO_DB}, or {DEMO_DB.stem}-2{DEMO_DB.suffix} "
+        "and so on when taken)",
+    )
+    p_demo.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the --db file (and its -wal/-shm) if it exists",
+    )
+    reads = (
+        ("show", "print every conversation's transcript and context"),
+        ("audit", "print the session's stored events as JSON lines, in order"),
+    )
+    for name, text in reads:
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("--url", required=True, help="the storage URL, e.g. sqlite:///pico-demo.db")
+        p.add_argument("--session", default="main", help="the session name (default: main)")
+        if name == "audit":
+            p.add_argument(
+                "--after",
+                type=_position,
+                default=0,
+                help="print events after this position (default: 0, from the start)",
             )
-    return "\n".join(out)
+            p.add_argument(
+                "--limit",
+                type=_positive,
+                default=None,
+                help="print at most this many events and say how to page on (default: all)",
+            )
+    p_check = sub.add_parser(
+        "check",
+        help="verify a stored session: integrity, events, read model",
+        description="Verify a stored session without writing: the SQLite integrity check, "
+        "every event decodes, versions are contiguous, batches end with their boundary, and "
+        "the read model equals a replay of the events. Exit code 0: clean; 1: findings, one "
+        "per line; 2: the check could not run.",
+    )
+    p_check.add_argument("url", help="the storage URL, e.g. sqlite:///pico-demo.db")
+    p_check.add_argument("--session", default="main", help="the session name (default: main)")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        print(asyncio.run(demo(_demo_path(args.db, args.force))))
+        return 0
+    if args.command == "show":
+        print(asyncio.run(show(args.url, args.session)))
+        return 0
+    if args.command == "audit":
+        asyncio.run(audit(args.url, args.session, after=args.after, limit=args.limit))
+        return 0
+    return asyncio.run(check(args.url, args.session))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pico", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="run the demo session on a SQLite file")
-    p_demo.add_argument("--db", type=Path, default=Path("pico-demo.db"))
-    for name, text in (("show", "print every conversation"), ("audit", "print stored events")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--url", required=True, help="e.g. sqlite:///pico-demo.db")
-        p.add_argument("--session", default="main")
-        if name == "audit":
-            p.add_argument("--after", type=int, default=0)
-            p.add_argument("--limit", type=int, default=1000)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            text = asyncio.run(demo(args.db))
-        elif args.command == "show":
-            text = asyncio.run(show(args.url, args.session))
-        else:
-            text = asyncio.run(audit(args.url, args.session, args.after, args.limit))
+        return _run(args)
+    except BrokenPipeError:
+        # The reader went away (`pico audit ... | head -1`): as the Python docs recommend,
+        # point stdout at devnull so the interpreter's final flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # the shell's code for a process ended by SIGPIPE
+    except KeyboardInterrupt:
+        return 130
     except PicoError as exc:
-        print(f"pico: {exc}", file=sys.stderr)
+        print(f"pico: {_one_line(str(exc))}", file=sys.stderr)
         return 2
-    print(text)
-    return 0
+    except Exception as exc:
+        if os.environ.get("PICO_DEBUG"):
+            raise
+        print(
+            f"pico: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
+            "(run with PICO_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "(no message)"

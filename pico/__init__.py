@@ -6,6 +6,7 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 
 from __future__ import annotations
 
+from pico._version import package_version
 from pico.application.agent import AgentServices, InputResult, ToolCallAnsweredError
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
@@ -106,20 +107,25 @@ from pico.domain.values import (
 )
 from pico.infrastructure.container import open_storage
 from pico.infrastructure.settings import PicoSettings
+from pico.infrastructure.verify import CheckReport, Finding, check
 
 set_storage_opener(open_storage)
+
+#: The installed version (pyproject.toml's ``version``, read from the package metadata).
+__version__ = package_version()
 
 __all__ = [
     "AddressPolicyError",
     "AgentServices",
     "AuditRecord",
+    "CheckReport",
     "Clock",
     "ClosedError",
     "CollapseDecision",
     "Command",
     "CommandRejectedError",
-    "ConfigurationError",
     "CommitBoundary",
+    "ConfigurationError",
     "ContextEditError",
     "ConversationCommand",
     "ConversationDeletedError",
@@ -137,6 +143,7 @@ __all__ = [
     "FauxFailure",
     "FauxProvider",
     "FauxResponse",
+    "Finding",
     "HandleFaultedError",
     "Harness",
     "HistoricalReadError",
@@ -150,8 +157,8 @@ __all__ = [
     "ListElement",
     "LiveWorkError",
     "Message",
-    "NotInContextError",
     "ModelProvider",
+    "NotInContextError",
     "Page",
     "PersistenceUncertainError",
     "PicoError",
@@ -211,6 +218,8 @@ __all__ = [
     "WorkingScopeError",
     "WorkingValue",
     "YieldDecision",
+    "__version__",
+    "check",
     "conversation_list",
     "conversation_value",
     "project_context",

@@ -1,0 +1,560 @@
+"""``pico check``: verify a stored session on demand, reading only (issue 10, "Damaged
+files"; seed 003 §7.5 spirit: never silently lose or rewrite history).
+
+Opens the storage read-only at the driver level (SQLite ``mode=ro``; a PostgreSQL read-only
+transaction) and checks: SQLite's ``PRAGMA integrity_check``, that every event of the
+session decodes, that event versions are contiguous per aggregate, that the log ends with
+a batch boundary, and that the read model equals a replay of the events through the pure
+projector into a fresh in-memory read store, table by table. Damage a cheap open cannot
+see (a read-model row changed behind pico's back, a deleted event row, an event body
+changed to other valid JSON) is found here. Working-scope rows are not history (they are
+not events) and are left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+from uuid import UUID
+
+import sqlalchemy as sa
+from eventsourcing.persistence import StoredEvent
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import Connection, Engine
+
+from pico.domain.errors import (
+    ConfigurationError,
+    StorageCorruptError,
+    StorageUnavailableError,
+    UnknownSessionError,
+)
+from pico.infrastructure.memory import MemoryDatabase, named_database
+from pico.infrastructure.settings import PicoSettings
+from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.store import SqlProjectionWriter
+from pico.infrastructure.storage import _BATCH_END, _aggregate_name, make_mapper
+from pico.projections.memory import MemoryReadStore
+from pico.projections.ops import project
+
+__all__ = ["CheckReport", "Finding", "check", "replayed_read_store"]
+
+#: At most this many findings of one kind are listed; the rest are counted.
+MAX_PER_KIND = 10
+
+# The read model (§7.6) in comparison order; each is compared row by row on its key.
+READ_MODEL: tuple[sa.Table, ...] = (
+    t.sessions,
+    t.commits,
+    t.conversations,
+    t.entries,
+    t.context_elements,
+    t.context_edits,
+    t.addresses,
+    t.values,
+    t.value_versions,
+    t.list_elements,
+    t.list_clears,
+    t.tasks,
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing ``check`` found wrong.
+
+    Attributes:
+        kind: ``storage`` (the file cannot be read), ``integrity`` (SQLite's page check),
+            ``decode`` (an event body does not decode or replay), ``versions`` (a gap in an
+            aggregate's event versions), ``batch`` (events after the last boundary), or
+            ``read model`` (a row differs from the replay of the events).
+        message: what is wrong, with the position, aggregate or row ids involved.
+        position: the event's storage position, where one is involved.
+    """
+
+    kind: str
+    message: str
+    position: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``check`` verified. ``ok`` when nothing was found."""
+
+    session: str
+    events: int  # events of the session that were read
+    findings: tuple[Finding, ...]
+    skipped: tuple[str, ...] = ()  # checks this backend cannot run, and why
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+async def check(url: str, *, session: str = "main") -> CheckReport:
+    """Verify one stored session without writing anything.
+
+    Args:
+        url: a storage URL (``sqlite:///path.db``, ``memory://name``, ``postgresql://...``).
+        session: the session to verify.
+
+    Returns:
+        A report listing every finding; damage is a finding, not an exception.
+
+    Raises:
+        ConfigurationError: the URL is not one pico can check.
+        UnknownSessionError: there is no such file, no pico tables, or no such session.
+        StorageUnavailableError: the PostgreSQL server cannot be reached.
+    """
+    # The one configuration gate: the same rules, and errors, as Harness.open.
+    PicoSettings(storage_url=url, session=session, read_only=True)
+    return await asyncio.to_thread(_check, url, session)
+
+
+def replayed_read_store(session_id: str, batches: Iterable[Sequence[Any]]) -> MemoryReadStore:
+    """A fresh in-memory read model fed by replaying event batches through the pure
+    projector: the §10.1 oracle, and what ``check`` compares a memory session with."""
+    store = MemoryReadStore(session_id)
+    for batch in batches:
+        store.apply(project(batch))
+    return store
+
+
+# ---------------------------------------------------------------------------- the checks
+
+
+@dataclass
+class _Findings:
+    items: list[Finding] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, message: str, position: int | None = None) -> None:
+        n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n <= MAX_PER_KIND:
+            self.items.append(Finding(kind, message, position))
+
+    def result(self) -> tuple[Finding, ...]:
+        extra = [
+            Finding(kind, f"{n - MAX_PER_KIND} more {kind} finding(s) not listed")
+            for kind, n in self.counts.items()
+            if n > MAX_PER_KIND
+        ]
+        return (*self.items, *extra)
+
+
+class _Replay:
+    """Decodes the session's events in storage order, checks versions and boundaries, and
+    hands each complete batch to ``sink`` (which projects it into the fresh store)."""
+
+    def __init__(self, findings: _Findings, sink: Callable[[list[Any]], None]) -> None:
+        self.findings = findings
+        self.sink = sink
+        self.mapper = make_mapper()
+        self.count = 0
+        self.decodable = True  # False once an event failed: the replay is incomplete
+        self._versions: dict[UUID, int] = {}
+        self._names: dict[UUID, str] = {}
+        self._batch: list[Any] = []
+        self._batch_start: int | None = None
+        self._last = 0
+
+    def feed(self, position: int, stored: StoredEvent) -> None:
+        self.count += 1
+        self._last = position
+        oid = UUID(str(stored.originator_id))
+        version = stored.originator_version
+        event: Any = None
+        try:
+            event = self.mapper.to_domain_event(stored)
+            self._names[oid] = _aggregate_name(event)
+        except Exception as exc:
+            self.decodable = False
+            self.findings.add(
+                "decode",
+                f"the event at position {position} ({self._name(oid)}, version {version}, "
+                f"{stored.topic}) does not decode: {_short(exc)}",
+                position,
+            )
+        self._check_version(oid, version, position)
+        if event is None:
+            return
+        if self._batch_start is None:
+            self._batch_start = position
+        self._batch.append(event)
+        if isinstance(event, _BATCH_END):
+            start, batch = self._batch_start, self._batch
+            self._batch, self._batch_start = [], None
+            if self.decodable:
+                try:
+                    self.sink(batch)
+                except Exception as exc:
+                    self.decodable = False
+                    self.findings.add(
+                        "decode",
+                        f"the batch at positions {start}..{position} decodes but cannot be "
+                        f"replayed through the projector: {_short(exc)}",
+                        start,
+                    )
+
+    def _name(self, oid: UUID) -> str:
+        return self._names.get(oid, f"stream {oid.hex}")
+
+    def _check_version(self, oid: UUID, version: int, position: int) -> None:
+        before = self._versions.get(oid, 0)
+        self._versions[oid] = max(version, before)
+        if version == before + 1:
+            return
+        if version <= before:
+            problem = f"repeats or goes back after version {before}"
+        else:
+            gap = _span(before + 1, version - 1)
+            after = "is its first event" if before == 0 else f"follows version {before}"
+            problem = f"{after}: {gap} missing"
+        self.findings.add(
+            "versions",
+            f"{self._name(oid)}: version {version} at position {position} {problem}",
+            position,
+        )
+
+    def finish(self) -> None:
+        if self._batch:
+            self.findings.add(
+                "batch",
+                f"{len(self._batch)} event(s) at positions {self._batch_start}..{self._last} "
+                "end without a Session.Committed or Session.Claimed boundary (a partial or "
+                "cut batch)",
+                self._batch_start,
+            )
+
+
+def _check(url: str, session: str) -> CheckReport:
+    findings = _Findings()
+    skipped: tuple[str, ...] = ()
+    if url.startswith("memory://"):
+        return _check_memory(url, session, findings)
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if path.is_dir():
+            raise StorageUnavailableError(f"{path} is a directory; give the SQLite file's path")
+        if not path.exists():
+            raise StorageUnavailableError(
+                f"there is no SQLite file at {path}; check the path (check never creates one)"
+            )
+        engine = _sqlite_read_only(path)
+        where = str(path)
+    elif url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        engine = sa.create_engine(
+            "postgresql+psycopg://" + url.split("://", 1)[1], poolclass=sa.pool.NullPool
+        )
+        where = sa.engine.make_url(url).render_as_string(hide_password=True)
+        skipped = (
+            "the page-level integrity check (PostgreSQL has none without the amcheck "
+            "extension; every row of the session is still read and compared)",
+        )
+    else:
+        raise ConfigurationError(
+            f"cannot check {url!r}: use sqlite:///path.db, memory://name or "
+            "postgresql://user@host/database"
+        )
+    try:
+        count = _check_sql(engine, session, where, findings)
+    finally:
+        engine.dispose()
+    return CheckReport(session, count, findings.result(), skipped)
+
+
+def _sqlite_read_only(path: Path) -> Engine:
+    """A read-only SQLite engine: ``mode=ro`` at the driver, one read transaction per
+    connection, nothing that writes (no journal-mode or schema change)."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    engine = sa.create_engine(
+        "sqlite://",
+        creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
+        poolclass=sa.pool.StaticPool,
+    )
+
+    @sa_event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _rec: Any) -> None:
+        dbapi_conn.isolation_level = None  # our BEGIN, below: one snapshot for the check
+
+    @sa_event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) -> int:
+    postgres = engine.dialect.name == "postgresql"
+    try:
+        conn = engine.connect()
+    except sa.exc.OperationalError as exc:
+        if postgres:
+            raise StorageUnavailableError(
+                f"cannot reach {where}: {_short(exc.orig)}; check that the server runs and "
+                "the URL's host, port, user and database"
+            ) from exc
+        findings.add("storage", f"{where} cannot be opened: {_short(exc.orig)}")
+        return 0
+    replica = _Replica(session)
+    replay = _Replay(findings, replica.apply)
+    try:
+        with conn:
+            if postgres:
+                conn = conn.execution_options(
+                    isolation_level="REPEATABLE READ", postgresql_readonly=True
+                )
+            with conn.begin():
+                if not postgres and not _integrity(conn, where, findings):
+                    return 0
+                present = set(sa.inspect(conn).get_table_names())
+                if t.events.name not in present:
+                    raise UnknownSessionError(session)
+                if not _has_session(conn, session, present):
+                    raise UnknownSessionError(session)
+                ev = t.events.c
+                rows = conn.execution_options(yield_per=1000).execute(
+                    sa.select(ev.id, ev.originator_id, ev.originator_version, ev.topic, ev.state)
+                    .where(ev.session_id == session)
+                    .order_by(ev.id)
+                )
+                for r in rows:
+                    # A body rewritten as TEXT behind pico's back reads back as str.
+                    body = r[4].encode("utf-8", "surrogatepass") if isinstance(r[4], str) else r[4]
+                    replay.feed(r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(body)))
+                replay.finish()
+                if replay.decodable:
+                    for table in READ_MODEL:
+                        if table.name not in present:
+                            findings.add("read model", f"table {table.name} is missing")
+                            continue
+                        _compare(
+                            table,
+                            _rows(conn, table, session),
+                            replica.rows(table),
+                            findings,
+                        )
+                else:
+                    findings.add(
+                        "read model",
+                        "not compared: the replay stopped at the first event that does not decode",
+                    )
+    except sa.exc.DatabaseError as exc:
+        if postgres and isinstance(exc, sa.exc.OperationalError):
+            raise StorageUnavailableError(
+                f"{where} failed during the check: {_short(exc.orig)}; check the server"
+            ) from exc
+        findings.add("storage", f"{where} cannot be read: {_short(exc.orig)}")
+    except StorageCorruptError as exc:
+        findings.add("storage", str(exc))
+    finally:
+        replica.close()
+    return replay.count
+
+
+def _integrity(conn: Connection, where: str, findings: _Findings) -> bool:
+    """SQLite's full page check; False when the file is not readable at all."""
+    try:
+        result = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check")]
+    except sa.exc.DatabaseError as exc:
+        findings.add("storage", f"{where} cannot be read: {_short(exc.orig)}")
+        return False
+    if result != ["ok"]:
+        for line in result:
+            findings.add("integrity", f"{where}: {line}")
+    return True
+
+
+def _has_session(conn: Connection, session: str, present: set[str]) -> bool:
+    ev = t.events.c
+    if conn.execute(sa.select(ev.id).where(ev.session_id == session).limit(1)).first():
+        return True
+    if t.sessions.name not in present:
+        return False
+    s = t.sessions.c
+    return conn.execute(sa.select(s.session_id).where(s.session_id == session)).first() is not None
+
+
+class _Replica:
+    """The fresh in-memory read store: the same tables in a private SQLite memory
+    database, written by the same projection writer the recorder uses."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
+        with self.engine.begin() as conn:
+            t.metadata.create_all(conn, tables=list(READ_MODEL))
+        self._raw: Any = self.engine.raw_connection()
+
+    def apply(self, batch: list[Any]) -> None:
+        cur = self._raw.cursor()
+        try:
+            SqlProjectionWriter(cur, lambda s: s, self.session, "sqlite").apply(project(batch))
+            self._raw.commit()
+        finally:
+            cur.close()
+
+    def rows(self, table: sa.Table) -> Iterator[tuple[Any, ...]]:
+        with self.engine.connect() as conn:
+            yield from _rows(conn, table, self.session)
+
+    def close(self) -> None:
+        self._raw.close()
+        self.engine.dispose()
+
+
+def _rows(conn: Connection, table: sa.Table, session: str) -> Iterator[tuple[Any, ...]]:
+    """The session's rows of one read-model table, keyed order, working scopes left out."""
+    c = table.c
+    q = sa.select(table).where(c.session_id == session)
+    if table is t.addresses:
+        q = q.where(c.scope_kind != "working")
+    elif "scope" in c:
+        q = q.where(~c.scope.startswith("working/", autoescape=True))
+    order: list[sa.ColumnElement[Any]] = []
+    for col in table.primary_key.columns:
+        if isinstance(col.type, sa.String):
+            order.append(col.collate("C" if conn.dialect.name == "postgresql" else "BINARY"))
+        else:
+            order.append(col)
+    for row in conn.execution_options(yield_per=1000).execute(q.order_by(*order)):
+        yield tuple(row)
+
+
+def _compare(
+    table: sa.Table,
+    stored: Iterator[tuple[Any, ...]],
+    replayed: Iterator[tuple[Any, ...]],
+    findings: _Findings,
+) -> None:
+    """Walk both key-ordered row streams together; report the first difference and how
+    many rows differ in all."""
+    names = [c.name for c in table.columns]
+    key_at = [
+        names.index(c.name)
+        for c in table.primary_key.columns
+        if c.name != "session_id" or len(table.primary_key.columns) == 1
+    ]
+    first: str | None = None
+    differ = 0
+    a, b = next(stored, None), next(replayed, None)
+    while a is not None or b is not None:
+        ka = tuple(a[i] for i in key_at) if a is not None else None
+        kb = tuple(b[i] for i in key_at) if b is not None else None
+        if a is not None and b is not None and ka == kb:
+            if a != b:
+                differ += 1
+                cols = [n for n, x, y in zip(names, a, b, strict=True) if x != y]
+                first = first or (
+                    f"{table.name} row {_ids(table, a, key_at)} differs from the replay in "
+                    + ", ".join(
+                        f"{n} (stored {a[names.index(n)]!r}, replay {b[names.index(n)]!r})"
+                        for n in cols
+                    )
+                )
+            a, b = next(stored, None), next(replayed, None)
+        elif b is None or (a is not None and ka is not None and kb is not None and ka < kb):
+            assert a is not None
+            differ += 1
+            first = first or (
+                f"{table.name} row {_ids(table, a, key_at)} is stored but no event produces it"
+            )
+            a = next(stored, None)
+        else:
+            differ += 1
+            first = first or (
+                f"{table.name} row {_ids(table, b, key_at)} is missing: the events produce it"
+            )
+            b = next(replayed, None)
+    if first is not None:
+        more = f" ({differ} rows differ in all)" if differ > 1 else ""
+        findings.add("read model", _clip(first) + more)
+
+
+def _ids(table: sa.Table, row: tuple[Any, ...], key_at: list[int]) -> str:
+    names = [c.name for c in table.columns]
+    return "(" + ", ".join(f"{names[i]}={row[i]!r}" for i in key_at) + ")"
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+def _check_memory(url: str, session: str, findings: _Findings) -> CheckReport:
+    name = url[len("memory://") :]
+    if not name:
+        raise ConfigurationError(
+            "memory:// is private to the handle that opened it; check a named database "
+            "(memory://name) from the same process instead"
+        )
+    db: MemoryDatabase = named_database(name)
+    with db.lock:
+        log = list(db.log.get(session, []))
+        live = db.read_stores.get(session)
+    if not log and live is None:
+        raise UnknownSessionError(session)
+    replica = MemoryReadStore(session)
+    replay = _Replay(findings, lambda batch: replica.apply(project(batch)))
+    for i, stored in enumerate(log):
+        replay.feed(i + 1, stored)
+    replay.finish()
+    if replay.decodable and live is not None:
+        with db.lock:
+            _compare_memory(live, replica, findings)
+    return CheckReport(session, replay.count, findings.result(), ())
+
+
+def _compare_memory(live: MemoryReadStore, replica: MemoryReadStore, findings: _Findings) -> None:
+    """Index by index; working-scope rows (not events) are left out of both sides."""
+    skip = {"lock", "session_id"}
+    mine, theirs = vars(live), vars(replica)
+    for attr in sorted(set(mine) | set(theirs)):
+        if attr in skip:
+            continue
+        x, y = _no_working(mine.get(attr)), _no_working(theirs.get(attr))
+        if x == y:
+            continue
+        if isinstance(x, dict) and isinstance(y, dict):
+            keys = sorted({*x, *y}, key=repr)
+            k = next(k for k in keys if x.get(k) != y.get(k))
+            findings.add(
+                "read model",
+                _clip(f"index {attr} key {k!r}: stored {x.get(k)!r}, replay {y.get(k)!r}"),
+            )
+        else:
+            findings.add("read model", _clip(f"index {attr}: stored {x!r}, replay {y!r}"))
+
+
+def _no_working(value: Any) -> Any:
+    """An index without its working-scope keys (``working/...`` scopes, ``working``
+    addresses): those rows come from working writes, never from events."""
+
+    def working(k: Any) -> bool:
+        first = k[0] if isinstance(k, tuple) and k else k
+        return isinstance(first, str) and first.startswith("working")
+
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if not working(k)}
+    return value
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def _span(first: int, last: int) -> str:
+    return f"version {first} is" if first == last else f"versions {first}..{last} are"
+
+
+def _short(exc: BaseException | None) -> str:
+    text = " ".join(str(exc).split()) if exc is not None else ""
+    return _clip(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, 300)
+
+
+def _clip(text: str, limit: int = 600) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
