@@ -10,6 +10,7 @@ import pytest
 
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
 from features.steps.library import World
+from features.steps.shutdown import *  # noqa: F403
 from tests.backends import BACKENDS, make_backend, require_postgres
 
 
