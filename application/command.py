@@ -48,7 +48,7 @@ from pico.domain.ids import (
     check_optional_id,
     check_optional_position,
 )
-from pico.domain.json import JsonValue, dumps, loads
+from pico.domain.json import JsonValue, check_json, dumps, loads
 from pico.domain.session import Session
 from pico.domain.state import (
     REQUEST_INPUT_NAMESPACE,
@@ -674,6 +674,7 @@ class Command:
         definition = self._line.definitions.get(kind)
         status = definition.initial_status if status is None else status
         role = definition.role_of(status)
+        check_json(state, what="task state")  # the gate first: the definition sees only JSON
         text = dumps(definition.check_state(None, state), what="task state")
         conv = self._conversation(conversation_id)
         conv.check_accepts_work()
@@ -733,6 +734,7 @@ class Command:
         definition.check_transition(task_id, task.status, new_status)
         text = None
         if not isinstance(state, _Unset):
+            check_json(state, what="task state")
             text = dumps(definition.check_state(task_id, state), what="task state")
         new_after = list(task.after) if after is None else check_ids(after, "after")
         _check_schedule(

@@ -51,7 +51,7 @@ from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.application.tools import Tool, ToolRegistry
 from pico.domain.errors import CommandRejectedError, ShuttingDownError, UnknownConversationError
 from pico.domain.ids import check_id, check_optional_id
-from pico.domain.json import JsonValue, dumps
+from pico.domain.json import JsonValue, check_json, dumps
 from pico.domain.values import (
     ConversationSnapshot,
     Entry,
@@ -438,6 +438,7 @@ class Harness:
         ``ToolCallAnsweredError`` naming the entry where the first landed."""
         if not isinstance(content, str):
             raise CommandRejectedError("a tool answer is text (put structure in JSON text)")
+        check_json(content, what="tool answer")  # before the task is even looked up
         return await self.command(lambda tx: answer_held_call(tx, task_id, content, is_error))
 
     async def decide_approval(self, task_id: int, decision: str) -> None:

@@ -1,0 +1,208 @@
+"""The one strict-JSON gate (issue 10): exact verdicts and path-naming messages."""
+
+from __future__ import annotations
+
+import enum
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from pico.application.state import session_value
+from pico.domain.errors import InvalidArgumentError, InvalidJsonError
+from pico.domain.ids import MAX_ID, check_choice, check_id, check_ids, check_limit, check_position
+from pico.domain.json import MAX_DEPTH, JsonValue, check_json, dumps, is_strict_json, strict_json
+
+
+def _nested(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ((1, 2), r"^payload: tuple is not JSON; use a list$"),
+        ({1, 2}, r"^payload: set is not JSON"),
+        (frozenset({1}), r"^payload: frozenset is not JSON"),
+        (b"x", r"^payload: bytes is not JSON"),
+        (bytearray(b"x"), r"^payload: bytearray is not JSON"),
+        (Decimal("1.5"), r"^payload: Decimal is not JSON"),
+        (range(3), r"^payload: range is not JSON"),
+        (float("nan"), r"^payload: nan is not a JSON number"),
+        (float("inf"), r"^payload: inf is not a JSON number"),
+        (float("-inf"), r"^payload: -inf is not a JSON number"),
+        ({1: "a"}, r"^payload: object key 1 is a int, not a string"),
+        ({None: "a"}, r"^payload: object key None is a NoneType"),
+        ({(1,): "a"}, r"^payload: object key \(1,\) is a tuple"),
+        (object(), r"^payload: object is not JSON"),
+    ],
+)
+def test_the_gate_refuses_each_kind_of_non_json_naming_it(bad: object, message: str) -> None:
+    with pytest.raises(InvalidJsonError, match=message):
+        dumps(bad)
+    assert not is_strict_json(bad)
+
+
+@pytest.mark.parametrize(
+    ("bad", "path"),
+    [
+        ({"a": [1, {"b": (1,)}]}, "payload.a[1].b: tuple"),
+        ([0, [1, {2: 3}]], "payload[1][1]: object key 2"),
+        ({"odd key": float("nan")}, "payload['odd key']: nan"),
+        ({"ok": {"deeper": b""}}, "payload.ok.deeper: bytes"),
+    ],
+)
+def test_the_gate_names_the_path_of_a_nested_bad_value(bad: object, path: str) -> None:
+    with pytest.raises(InvalidJsonError) as caught:
+        dumps(bad)
+    assert str(caught.value).startswith(path), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "path"),
+    [
+        ("\ud800", "payload: the string '\\ud800' has a lone surrogate at index 0"),
+        ("ab\udfffcd", "payload: the string 'ab\\udfffcd' has a lone surrogate at index 2"),
+        ({"k": "é\udc80"}, "payload.k: the string"),
+        ({"\ud83d": 1}, "payload: object key '\\ud83d' has a lone surrogate at index 0"),
+        ([1, {"a": {"b\udbff": 0}}], "payload[1].a: object key"),
+        (_nested(20, "x\ud800"), "payload" + "[0]" * 20 + ": the string"),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_refused_before_encoding(bad: object, path: str) -> None:
+    with pytest.raises(InvalidJsonError) as caught:
+        dumps(bad)
+    assert str(caught.value).startswith(path), str(caught.value)
+
+
+def test_well_formed_text_outside_ascii_passes_and_round_trips() -> None:
+    value = {
+        "emoji 😀": "naïve — 日本語 \U0001f600",
+        "pair": "\ud83d\ude00".encode("utf-16", "surrogatepass").decode("utf-16"),
+    }
+    assert strict_json(value) == value
+
+
+def test_nesting_depth_is_one_limit_200_levels_pass_201_do_not() -> None:
+    assert MAX_DEPTH == 200
+    assert dumps(_nested(200)).count("[") == 200
+    assert dumps({"a": _nested(199)}).count("[") == 199
+    with pytest.raises(InvalidJsonError, match="nested deeper than 200 levels"):
+        dumps(_nested(201))
+    with pytest.raises(InvalidJsonError, match="nested deeper than 200 levels"):
+        dumps({"a": _nested(200)})  # the object counts as a level
+    # A cycle is refused by the same limit, never a RecursionError.
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(InvalidJsonError, match="nested deeper"):
+        dumps(cycle)
+
+
+def test_a_very_long_path_is_shortened_in_the_message() -> None:
+    with pytest.raises(InvalidJsonError) as caught:
+        dumps(_nested(201))
+    assert len(str(caught.value)) < 300 and "..." in str(caught.value)
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+class _Name(enum.StrEnum):
+    ADA = "ada"
+
+
+class _Text(str):
+    pass
+
+
+def test_builtin_subclasses_are_stored_as_their_base_value() -> None:
+    # Documented choice: an int/str/float subclass keeps its value and compares equal;
+    # bool stays JSON's true/false and is never an int.
+    assert strict_json({"c": _Color.RED, "n": _Name.ADA, "t": _Text("v")}) == {
+        "c": 1,
+        "n": "ada",
+        "t": "v",
+    }
+    assert type(strict_json(_Color.RED)) is int
+    assert dumps([True, False]) == "[true,false]"
+
+
+def test_check_json_validates_without_encoding() -> None:
+    check_json({"a": [1, 2.5, None, True, "x"]})
+    with pytest.raises(InvalidJsonError, match=r"^entry content: tuple"):
+        check_json((1,), what="entry content")
+
+
+@pytest.mark.parametrize("type_", [Any, object, JsonValue])
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        (float("nan"), "value of 'ns': nan"),
+        ((1, 2), "value of 'ns': tuple"),
+        ({1: "a"}, "value of 'ns': object key 1"),
+        ({"a": "\ud800"}, "value of 'ns'.a: the string"),
+        (Decimal(1), "value of 'ns': Decimal"),
+        (_nested(201), "value of 'ns'"),
+    ],
+)
+def test_an_untyped_address_stores_only_strict_json(type_: Any, bad: Any, expected: str) -> None:
+    address = session_value("ns", type_)
+    with pytest.raises(InvalidJsonError) as caught:
+        address.encode(bad)
+    assert str(caught.value).startswith(expected), str(caught.value)
+    assert address.decode(address.encode({"a": [1, None]})) == {"a": [1, None]}
+
+
+def test_a_typed_address_refuses_a_value_that_would_read_back_as_something_else() -> None:
+    # A NaN float would serialize as null and read back as None (or fail): refused.
+    with pytest.raises(InvalidJsonError, match="nan is not a JSON number"):
+        session_value("f", float).encode(float("nan"))
+    with pytest.raises(InvalidJsonError, match="lone surrogate"):
+        session_value("s", str).encode("\udc00")
+    with pytest.raises(InvalidJsonError, match="deeper than 200"):
+        session_value("l", list[Any]).encode(_nested(201))
+    # A type that defines its JSON form round-trips and is kept.
+    pair = session_value("p", tuple[int, int])
+    assert pair.decode(pair.encode((1, 2))) == (1, 2)
+
+
+# ------------------------------------------------------------------ ids, positions, limits
+
+
+@pytest.mark.parametrize(
+    "bad", [True, False, 1.0, "1", b"1", [1], None, 0, -1, MAX_ID + 1, 2**64, Decimal(1)]
+)
+def test_an_id_that_is_not_a_positive_64_bit_int_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_id(bad, "entry_id")
+    message = str(caught.value)
+    assert message.startswith("entry_id must be an integer id from 1 to 9223372036854775807")
+    assert repr(bad)[:20] in message
+
+
+def test_well_formed_ids_and_positions_pass() -> None:
+    assert check_id(1, "x") == 1 and check_id(MAX_ID, "x") == MAX_ID
+    assert check_position(0, "as_of") == 0
+    assert check_ids((3, 1), "ids") == [3, 1]
+    with pytest.raises(InvalidArgumentError, match=r"ids\[1\] must be an integer id"):
+        check_ids([1, True], "ids")
+    with pytest.raises(InvalidArgumentError, match="ids must be a list or tuple"):
+        check_ids("12", "ids")
+    with pytest.raises(InvalidArgumentError, match="as_of must be an integer position from 0"):
+        check_position(-1, "as_of")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1001, 10**30, True, 1.5, "10", None])
+def test_a_page_limit_out_of_range_says_the_range(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="limit must be an integer from 1 to 1000"):
+        check_limit(bad, maximum=1000)
+
+
+def test_a_mode_must_be_one_of_the_known_strings() -> None:
+    assert check_choice("asc", "order", ("asc", "desc")) == "asc"
+    with pytest.raises(InvalidArgumentError, match="order must be one of 'asc', 'desc'"):
+        check_choice("ASC", "order", ("asc", "desc"))
