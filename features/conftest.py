@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from features.steps.bad_input import *  # noqa: F403
+from features.steps.check import *  # noqa: F403
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
 from features.steps.library import World
 from features.steps.shutdown import *  # noqa: F403

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 import pico
 from pico.infrastructure.storage import EventSourcedStorage
-from pico.projections.memory import MemoryReadStore
-from pico.projections.ops import project
+from pico.infrastructure.verify import replayed_read_store
 from pico.projections.queries import Queries, StateQueries, TaskQueries
 from tests.backends import BACKENDS, make_backend, require_postgres
 from tests.taskdefs import JobDefinition, definitions
@@ -246,9 +245,7 @@ async def _apply(h: pico.Harness, steps: list[tuple[str, int, int]]) -> None:
 
 
 def _oracle(storage: EventSourcedStorage) -> tuple[Queries, StateQueries, TaskQueries]:
-    store = MemoryReadStore(storage.session_id)
-    for batch in storage.replay():
-        store.apply(project(batch))
+    store = replayed_read_store(storage.session_id, storage.replay())
     return Queries(store), StateQueries(store), TaskQueries(store)
 
 
@@ -345,6 +342,9 @@ async def _check(url: str, session: str, steps: list[tuple[str, int, int]]) -> N
     assert backend_view.keys() == oracle_view.keys()
     for k in backend_view:
         assert backend_view[k] == oracle_view[k], k
+    # Check: ``pico check`` finds nothing wrong in any history pico itself wrote.
+    report = await pico.check(url, session=session)
+    assert report.ok, [str(f) for f in report.findings]
     await h.close()
 
 
