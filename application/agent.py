@@ -164,7 +164,8 @@ def cancel_queued_inputs(
             for input_id, mode in items:
                 tx.delete_value(queue_address(mode, input_id), conversation_id=conversation_id)
     cancelled = [input_id for input_id, _ in items]
-    set_results(tx, cancelled, {"status": "cancelled", "reason": reason})
+    if cancelled:
+        set_results(tx, cancelled, {"status": "cancelled", "reason": reason})
     return cancelled
 
 
