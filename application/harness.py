@@ -49,7 +49,12 @@ from pico.application.state import (
 )
 from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.application.tools import Tool, ToolRegistry
-from pico.domain.errors import CommandRejectedError, ShuttingDownError, UnknownConversationError
+from pico.domain.errors import (
+    CommandRejectedError,
+    ConfigurationError,
+    ShuttingDownError,
+    UnknownConversationError,
+)
 from pico.domain.ids import check_id, check_optional_id
 from pico.domain.json import JsonValue, check_json, dumps
 from pico.domain.values import (
@@ -129,6 +134,13 @@ class Harness:
             )
             for definition in agent_definitions(services):
                 registry.register(definition)
+        if not isinstance(storage, str) and not all(
+            hasattr(storage, name) for name in ("session_id", "load", "save", "snapshot")
+        ):
+            raise ConfigurationError(
+                f"storage must be a URL such as sqlite:///pico.db or a Storage object, not "
+                f"{type(storage).__name__} ({storage!r})"
+            )
         if isinstance(storage, str):
             opener = get_storage_opener()
             store = opener(storage, session=session, durability=durability, read_only=read_only)

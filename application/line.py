@@ -11,6 +11,7 @@ import contextlib
 import inspect
 import os
 import socket
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from pico.application.state import WorkingScope
 from pico.application.tasks import TaskRegistry
 from pico.domain.conversation import Conversation
 from pico.domain.errors import (
+    ClaimContendedError,
     ClosedError,
     HandleFaultedError,
     PersistenceUncertainError,
@@ -37,6 +39,7 @@ from pico.domain.errors import (
 from pico.domain.ids import conversation_uuid, session_uuid, task_uuid
 from pico.domain.session import MAIN, Session
 from pico.domain.task import Task
+from pico.domain.values import TaskSnapshot
 
 __all__ = ["CommandLine"]
 
@@ -82,29 +85,36 @@ class CommandLine:
     def open(
         cls, storage: Storage, *, read_only: bool, definitions: TaskRegistry | None = None
     ) -> CommandLine:
-        """Load the Session aggregate and, for writing, append a claim before anything else.
+        """Read the session's stored state and, for writing, then append a claim.
+
+        Nothing is written before the stored state was read and decoded: the Session
+        aggregate, the session row, the live tasks and the root conversation (all O(live),
+        never a history scan), so a damaged file raises ``StorageCorruptError`` and stays
+        byte-identical. Definitions are checked against live tasks only on a write open
+        (they are needed to drive, not to read).
 
         The claim moves the session stream's version, so any previous owner is refused at
-        its own next commit. A claim that fails is fatal: no handle is returned.
+        its own next commit. It is taken under the storage's write lock against the head
+        it reloads there, so an owner committing meanwhile cannot refuse it; a claim that
+        still fails is fatal: no handle is returned.
         """
         sid = storage.session_id
-        loaded = storage.load(session_uuid(sid))
-        if loaded is not None and not isinstance(loaded, Session):
-            raise StorageCorruptError(f"session {sid!r}: the session stream holds {loaded!r}")
+        loaded = _load_session(storage)
+        live: list[TaskSnapshot] = []
         if loaded is None:
             if read_only:
                 raise UnknownSessionError(sid)
             session = Session(session_id=sid)
         else:
             session = loaded
+            live = _read_stored_state(storage, session)
         registry = definitions or TaskRegistry()
-        if loaded is not None:
+        if loaded is not None and not read_only:
             # §5.2/§6.6: validate live definitions before claiming or executing anything;
             # only live rows are read (the partial index), never terminal history.
-            registry.validate_live(storage.tasks.live_tasks())
+            registry.validate_live(live)
         if not read_only:
-            session.claim(owner=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid())
-            storage.save([session])
+            session = _claim(storage, session)
         return cls(storage, session, read_only=read_only, definitions=registry)
 
     # ------------------------------------------------------------------ state
@@ -328,3 +338,62 @@ class CommandLine:
             self.closed = True
             self._cache.clear()
             self.storage.close()
+
+
+#: An opening claim retries this many times when a save still finds the session moved
+#: (only storage without a write lock can lose the race at all), with this backoff.
+CLAIM_ATTEMPTS = 8
+CLAIM_BACKOFF = 0.005
+
+
+def _load_session(storage: Storage) -> Session | None:
+    loaded = storage.load(session_uuid(storage.session_id))
+    if loaded is not None and not isinstance(loaded, Session):
+        raise StorageCorruptError(
+            f"session {storage.session_id!r}: the session stream holds "
+            f"{type(loaded).__name__}, not the Session aggregate; nothing was changed. Restore "
+            "the database from a backup"
+        )
+    return loaded
+
+
+def _read_stored_state(storage: Storage, session: Session) -> list[TaskSnapshot]:
+    """Read (and so decode) what an owner starts from: the session row, the live tasks and
+    the root conversation's row and aggregate. Damage there raises before any write."""
+    root = session.root_id
+    with storage.snapshot():
+        meta = storage.reads.meta()
+        live = storage.tasks.live_tasks()
+        roots = {} if root is None else storage.reads.get_conversations([root])
+    if meta is None or meta.head < session.head or (root is not None and root not in roots):
+        raise StorageCorruptError(
+            f"session {storage.session_id!r}: the read model (session row {meta}, root "
+            f"conversation {root}) does not match the event stream (head {session.head}); "
+            "nothing was changed. Restore the database from a backup, or rebuild the read "
+            "model from the events"
+        )
+    if session.root_id is not None:
+        storage.load(conversation_uuid(storage.session_id, session.root_id))
+    return live
+
+
+def _claim(storage: Storage, session: Session) -> Session:
+    """Append the claim against the head it lands on: reload the Session aggregate under
+    the storage's write lock, claim, save. Without a lock a lost race is retried."""
+    owner, host, pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()
+    exclusive = getattr(storage, "exclusive", None)
+    for attempt in range(CLAIM_ATTEMPTS):
+        with exclusive() if exclusive is not None else contextlib.nullcontext():
+            current = _load_session(storage)
+            if current is not None:
+                session = current
+            elif attempt:  # the failed save consumed the new session's pending events
+                session = Session(session_id=storage.session_id)
+            session.claim(owner=owner, host=host, pid=pid)
+            try:
+                storage.save([session])
+                return session
+            except StaleWriterError:
+                pass
+        time.sleep(CLAIM_BACKOFF * (attempt + 1))
+    raise ClaimContendedError(storage.session_id, CLAIM_ATTEMPTS)

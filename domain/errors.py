@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "AddressPolicyError",
+    "ClaimContendedError",
     "ClosedError",
     "CommandRejectedError",
     "ConfigurationError",
@@ -267,3 +268,20 @@ class ReadOnlyError(PicoError):
 
 class StorageCorruptError(PicoError):
     """Stored data could not be decoded or violates an invariant; nothing was changed."""
+
+
+class ClaimContendedError(StaleWriterError):
+    """Opening a session for writing lost its claim to concurrent commits on every
+    attempt and gave up (only storage without a write lock can lose it); nothing was
+    written and no handle was returned. Unlike its base class it fences nobody: the
+    previous owner still holds the session."""
+
+    def __init__(self, session_id: str, attempts: int) -> None:
+        self.session_id = session_id
+        self.attempts = attempts
+        PicoError.__init__(
+            self,
+            f"opening session {session_id!r} for writing lost the claim to another writer's "
+            f"commits {attempts} times in a row; nothing was written. Retry the open, or stop "
+            "the other owner first",
+        )

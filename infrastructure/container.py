@@ -10,18 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from dependency_injector import containers, providers
+from pydantic import ValidationError
 
 from pico.application.ports import Storage
-from pico.domain.errors import UnknownSessionError
+from pico.domain.errors import ConfigurationError, UnknownSessionError
 from pico.infrastructure.memory import MemoryRecorder, named_database
-from pico.infrastructure.settings import PicoSettings
+from pico.infrastructure.settings import PicoSettings, mask_url
 from pico.infrastructure.sql import schema
 from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore, SqlRecorder
 from pico.infrastructure.storage import EventSourcedStorage
 
 __all__ = ["Container", "open_storage"]
 
-_databases: dict[tuple[str, str], tuple[SqlDatabase, int]] = {}
+_databases: dict[tuple[str, str, bool], tuple[SqlDatabase, int]] = {}
 
 
 def _sql_url(url: str) -> str:
@@ -30,12 +31,13 @@ def _sql_url(url: str) -> str:
     return url
 
 
-def _open_sql(url: str, durability: str) -> tuple[SqlDatabase, Any]:
-    """One engine pair per URL per process, shared by its sessions, closed with the last."""
-    key = (url, durability)
+def _open_sql(url: str, durability: str, read_only: bool) -> tuple[SqlDatabase, Any]:
+    """One engine pair per URL per process and mode, shared by its sessions, closed with
+    the last. A read-only database is opened apart (read-only connections, no DDL)."""
+    key = (url, durability, read_only)
     db, count = _databases.get(key, (None, 0))
     if db is None:
-        db = SqlDatabase(url, durability=durability)
+        db = SqlDatabase(url, durability=durability, read_only=read_only, location=mask_url(url))
     _databases[key] = (db, count + 1)
 
     def release() -> None:
@@ -59,12 +61,16 @@ def build_storage(settings: PicoSettings) -> Storage:
             events=MemoryRecorder(mdb),
             snapshots=MemoryRecorder(mdb, snapshots=True),
             read_store=mdb.read_store(sid),
+            location=url,
         )
     if settings.read_only and url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if not path.exists():
             raise UnknownSessionError(f"{sid} (no database file at {path})")
-    db, release = _open_sql(_sql_url(url), settings.durability)
+    db, release = _open_sql(_sql_url(url), settings.durability, settings.read_only)
+    if not db.has_schema:  # read-only, and the database holds no pico tables
+        release()
+        raise UnknownSessionError(f"{sid} (no pico tables in {db.location})")
     events = SqlRecorder(db)
     return EventSourcedStorage(
         sid,
@@ -73,6 +79,7 @@ def build_storage(settings: PicoSettings) -> Storage:
         # Reads on the writing thread share the writer's warm connection (SQLite).
         read_store=SqlReadStore(db, sid, writer=events.writer),
         on_close=release,
+        location=db.location,
     )
 
 
@@ -82,12 +89,19 @@ class Container(containers.DeclarativeContainer):
 
 
 def open_storage(url: str, *, session: str, durability: str | None, read_only: bool) -> Storage:
-    settings = PicoSettings(
-        storage_url=url,
-        session=session,
-        durability=durability or "process",  # type: ignore[arg-type]
-        read_only=read_only,
-    )
+    """The storage of one session; a bad configuration raises ``ConfigurationError``, a
+    database that cannot be reached or opened ``StorageUnavailableError``, a damaged one
+    ``StorageCorruptError``, each with one sentence that stands alone (passwords masked)."""
+    try:
+        settings = PicoSettings(
+            storage_url=url,
+            session=session,
+            durability="process" if durability is None else durability,
+            read_only=read_only,
+        )
+    except ValidationError as exc:  # a rule the checks do not cover (e.g. read_only="x")
+        errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigurationError(f"invalid storage options ({errors})") from None
     container = Container(settings=settings)
     storage: Storage = container.storage()
     return storage

@@ -8,7 +8,8 @@ half a commit. ``memory://name`` databases live for the process; ``memory://`` i
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -86,6 +87,12 @@ class MemoryRecorder(AggregateRecorder):
             if ops:
                 self.db.read_store(session_id).apply(ops)
         return None
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """No other writer commits while an opening claim reloads and saves (one lock)."""
+        with self.db.lock:
+            yield
 
     def select_events(
         self,

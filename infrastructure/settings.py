@@ -1,14 +1,126 @@
 """Configuration: one pydantic settings model. Environment variables (``PICO_*``) are read
-only when a ``PicoSettings`` is constructed, never at import time."""
+only when a ``PicoSettings`` is constructed, never at import time.
+
+Every rule is checked here, once, and a violation raises ``ConfigurationError`` with one
+sentence naming the value (passwords masked) and the accepted forms, never a pydantic
+``ValidationError``.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import unicodedata
+from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
-__all__ = ["PicoSettings"]
+from pico.domain.errors import ConfigurationError
+
+__all__ = [
+    "DURABILITIES",
+    "MAX_SESSION_NAME",
+    "PicoSettings",
+    "check_durability",
+    "check_session_name",
+    "check_storage_url",
+    "mask_url",
+]
+
+#: Session names are stored in ``String(200)`` key columns of every table.
+MAX_SESSION_NAME = 200
+
+DURABILITIES = ("process", "fsync")
+
+_URL_FORMS = (
+    "use sqlite:///relative/path.db or sqlite:////absolute/path.db, memory:// or "
+    "memory://name, or postgresql://user@host/database"
+)
+_PG_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for messages and logs)."""
+    if "://" not in url or "@" not in url:
+        return url
+    try:
+        return str(make_url(url).render_as_string(hide_password=True))
+    except Exception:  # unparsable: mask everything between the scheme and the host
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+
+
+def check_storage_url(url: object) -> str:
+    """The storage URL, if it has a form pico can open; ``ConfigurationError`` otherwise."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(
+            f"the storage URL is empty or not a string ({url!r}); {_URL_FORMS}"
+        )
+    shown = mask_url(url)
+    if url.startswith("memory://"):
+        return url
+    if url.startswith("sqlite:"):
+        if not url.startswith("sqlite:///"):
+            raise ConfigurationError(
+                f"storage URL {shown!r} has no file path: a SQLite URL takes three slashes "
+                "before a relative path (sqlite:///pico.db) and four before an absolute one "
+                "(sqlite:////var/lib/pico.db); use memory:// for a database in memory"
+            )
+        path = url[len("sqlite:///") :]
+        if not path:
+            raise ConfigurationError(
+                f"storage URL {shown!r} names no file; write sqlite:///pico.db (relative) or "
+                "sqlite:////var/lib/pico.db (absolute)"
+            )
+        if "?" in path or "\x00" in path:
+            raise ConfigurationError(
+                f"storage URL {shown!r} carries options or a NUL byte; pico takes a plain "
+                "file path (pass read_only= and durability= to Harness.open instead)"
+            )
+        return url
+    if url.startswith(_PG_SCHEMES):
+        try:
+            parsed = make_url(url)
+            parsed.port  # noqa: B018 - parsing the port validates it
+        except Exception as exc:
+            raise ConfigurationError(
+                f"storage URL {shown!r} is malformed ({type(exc).__name__}: the host, port or "
+                "database part does not parse); write postgresql://user:password@host:5432/db"
+            ) from None
+        return url
+    raise ConfigurationError(f"unsupported storage URL {shown!r}; {_URL_FORMS}")
+
+
+def check_session_name(name: object) -> str:
+    """A session name: 1-200 characters, no control characters, no lone surrogates (it is
+    a key in every table and must encode as UTF-8 on every backend)."""
+    if not isinstance(name, str):
+        raise ConfigurationError(
+            f"the session name must be a string, not {type(name).__name__} ({name!r})"
+        )
+    if not name or len(name) > MAX_SESSION_NAME:
+        raise ConfigurationError(
+            f"the session name must be 1 to {MAX_SESSION_NAME} characters long, not "
+            f"{len(name)}; pick a short name such as 'main'"
+        )
+    for i, ch in enumerate(name):
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cs"):
+            what = "a control character" if category == "Cc" else "a lone surrogate"
+            raise ConfigurationError(
+                f"the session name {name!r} holds {what} ({ord(ch):#06x}) at index {i}; use "
+                "printable characters only"
+            )
+    return name
+
+
+def check_durability(durability: object) -> str:
+    if durability not in DURABILITIES:
+        raise ConfigurationError(
+            f"unknown durability {durability!r}; use 'process' (survives a crash of this "
+            "process, the default) or 'fsync' (flushes every commit, survives power loss)"
+        )
+    return str(durability)
 
 
 class PicoSettings(BaseSettings):
@@ -17,7 +129,8 @@ class PicoSettings(BaseSettings):
     Attributes:
         storage_url: ``sqlite:///path.db`` (default), ``memory://`` or ``memory://name``,
             ``postgresql://user@host/db`` (psycopg 3).
-        session: the session name; many sessions share one database.
+        session: the session name (1-200 characters, no control characters); many
+            sessions share one database.
         durability: ``process`` survives a crash of this process (SQLite WAL with
             synchronous=NORMAL); ``fsync`` flushes every commit (synchronous=FULL), which
             also survives power loss.
@@ -27,18 +140,23 @@ class PicoSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PICO_", extra="forbid")
 
     storage_url: str = "sqlite:///pico.db"
-    session: str = Field(default="main", min_length=1, max_length=200)
-    durability: Literal["process", "fsync"] = "process"
+    session: str = "main"
+    durability: str = "process"
     read_only: bool = False
 
-    @field_validator("storage_url")
+    # ``mode="before"``: the checks see the raw value, so a wrong type is a
+    # ConfigurationError too (pydantic passes non-ValueError exceptions through).
+    @field_validator("storage_url", mode="before")
     @classmethod
-    def _known_scheme(cls, value: str) -> str:
-        if not value.startswith(
-            ("sqlite://", "memory://", "postgresql://", "postgresql+psycopg://", "postgres://")
-        ):
-            raise ValueError(
-                f"unsupported storage URL {value!r}: use sqlite:///path.db, memory://[name] "
-                "or postgresql://user@host/database"
-            )
-        return value
+    def _storage_url(cls, value: Any) -> str:
+        return check_storage_url(value)
+
+    @field_validator("session", mode="before")
+    @classmethod
+    def _session(cls, value: Any) -> str:
+        return check_session_name(value)
+
+    @field_validator("durability", mode="before")
+    @classmethod
+    def _durability(cls, value: Any) -> str:
+        return check_durability(value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -29,7 +29,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import get_topic
 
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
-from pico.domain.errors import StaleWriterError, StorageCorruptError
+from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
 from pico.domain.session import Session
 from pico.domain.state import StateWrite
 from pico.projections.ops import project, project_working
@@ -121,8 +121,11 @@ class EventSourcedStorage:
         snapshots: AggregateRecorder,
         read_store: ReadStore,
         on_close: Any = None,
+        location: str = "",
     ) -> None:
         self.session_id = session_id
+        #: What messages name: the SQLite file, the masked URL, ``memory://...``.
+        self.location = location or "this storage"
         self.mapper = make_mapper()
         self.recorder = events
         self._recorders = (events, snapshots)
@@ -146,14 +149,39 @@ class EventSourcedStorage:
             aggregate: Any = self.repository.get(aggregate_id)
         except AggregateNotFoundError:
             return None
+        except PicoError:  # translated by the recorder (damaged page, server gone)
+            raise
         except Exception as exc:
             raise StorageCorruptError(
-                f"aggregate {aggregate_id} of session {self.session_id!r} could not be "
-                f"reconstructed from its events: {exc}"
+                f"{self.location}: aggregate {aggregate_id} of session {self.session_id!r} "
+                f"could not be reconstructed from its stored events ({_reason(exc)}); nothing "
+                f"was changed. {_NEXT}"
             ) from exc
         if not isinstance(aggregate, Aggregate):
-            raise StorageCorruptError(f"{aggregate_id} is not an aggregate")
+            raise StorageCorruptError(
+                f"{self.location}: {aggregate_id} of session {self.session_id!r} holds "
+                f"{type(aggregate).__name__}, not an aggregate; nothing was changed. {_NEXT}"
+            )
         return aggregate
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Hold the session's write lock: no other writer commits until the next save
+        (which runs inside it and releases it) or the end of the block. A claim reloads the
+        Session aggregate in here, so it lands on the head it read (seed 000, "Claiming a
+        run")."""
+        exclusive = getattr(self.recorder, "exclusive", None)
+        return nullcontext() if exclusive is None else exclusive()
+
+    def _decode(self, position: int, stored: StoredEvent) -> Any:
+        try:
+            return self.mapper.to_domain_event(stored)
+        except Exception as exc:
+            raise StorageCorruptError(
+                f"{self.location}: event {position} of session {self.session_id!r} (stream "
+                f"{stored.originator_id} version {stored.originator_version}, "
+                f"{stored.topic!r}) does not decode ({_reason(exc)}); nothing was changed. "
+                f"{_NEXT}"
+            ) from exc
 
     def save(
         self,
@@ -210,7 +238,7 @@ class EventSourcedStorage:
         for position, stored in self._recorder().select_session_events(
             self.session_id, after=after, limit=limit
         ):
-            event = self.mapper.to_domain_event(stored)
+            event = self._decode(position, stored)
             out.append(
                 AuditRecord(
                     position=position,
@@ -234,7 +262,7 @@ class EventSourcedStorage:
                 break
             for position, stored in rows:
                 after = position
-                event = self.mapper.to_domain_event(stored)
+                event = self._decode(position, stored)
                 batch.append(event)
                 if isinstance(event, _BATCH_END):
                     yield batch
@@ -253,6 +281,17 @@ class EventSourcedStorage:
         if self._on_close is not None:
             self._on_close()
             self._on_close = None
+
+
+_NEXT = (
+    "Restore the database from a backup; pico check URL --session S lists every damaged "
+    "event, and a read-only open still reads what is intact"
+)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:

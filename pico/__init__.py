@@ -57,6 +57,7 @@ from pico.application.tasks import TaskDefinition, TaskExecution, TaskRegistry
 from pico.application.tools import Tool, ToolArgumentsError, ToolContext, ToolOutcome, ToolRegistry
 from pico.domain.errors import (
     AddressPolicyError,
+    ClaimContendedError,
     ClosedError,
     CommandRejectedError,
     ConfigurationError,
@@ -119,6 +120,7 @@ __all__ = [
     "AgentServices",
     "AuditRecord",
     "CheckReport",
+    "ClaimContendedError",
     "Clock",
     "ClosedError",
     "CollapseDecision",

@@ -10,19 +10,31 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 from uuid import UUID
 
+import psycopg
 import sqlalchemy as sa
 from eventsourcing.persistence import AggregateRecorder, IntegrityError, StoredEvent
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 
-from pico.domain.errors import StorageCorruptError
+from pico.domain.errors import (
+    ConfigurationError,
+    PicoError,
+    StorageCorruptError,
+    StorageUnavailableError,
+)
 from pico.domain.values import Order, SessionMeta
+from pico.infrastructure.settings import mask_url
 from pico.infrastructure.sql import schema as t
 from pico.projections.ops import (
     AppendContext,
@@ -53,51 +65,119 @@ from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
 log = logging.getLogger("pico.storage")
 
-__all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder"]
+__all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder", "translate_error"]
 
 
 class SqlDatabase:
-    """Engines for one database URL: a writer engine and a reader engine."""
+    """Engines for one database URL: a writer engine and a reader engine.
 
-    def __init__(self, url: str, *, durability: str = "process") -> None:
+    Opening writes nothing into a file that is not known good: a SQLite file is first
+    inspected on a read-only connection (``mode=ro``), the schema is created only in a
+    new or empty file (or migrated in one that is already pico's), and the journal mode
+    is set only on the writer's connection, which opens at the first write. A read-only
+    database never writes at all: every connection is ``mode=ro`` on SQLite and every
+    transaction ``READ ONLY`` on PostgreSQL, and no DDL runs.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: str = "process",
+        read_only: bool = False,
+        location: str | None = None,
+    ) -> None:
         self.url = url
         self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
-        if self.dialect == "sqlite":
-            sync = "FULL" if durability == "fsync" else "NORMAL"
-            # Every RawWriter (one per open session) holds a private connection for its
-            # lifetime: its reads between transactions may span awaits (RawWriter.
-            # idle_connection), so no other session may share it.
-            self.writer = sa.create_engine(url, poolclass=sa.pool.NullPool)
-            self.reader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
-            # Event-stream loads get their own connection: a command's read snapshot may be
-            # open on the reader's (one per thread) while it loads an aggregate.
-            self.loader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
-            _sqlite_pragmas(self.writer, sync, begin="BEGIN IMMEDIATE")
-            _sqlite_pragmas(self.reader, sync, begin="BEGIN")
-            _sqlite_pragmas(self.loader, sync, begin="BEGIN")
-        else:
-            self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
-            self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
-            self.loader = self.reader
+        self.read_only = read_only
+        #: What messages name: the SQLite file path, or the URL with its password masked.
+        self.location = location or mask_url(url)
+        #: False when a read-only open found no pico schema (nothing to read).
+        self.has_schema = True
         # SQLite writers of this process holding a deferred (not yet committed) batch: any
         # other connection about to take the write lock, or to read streams, commits
         # them first (RawWriter.flush_pending), so one session's open batch can never
         # block another's BEGIN IMMEDIATE on the same thread.
         self.pending: set[RawWriter] = set()
+        if self.dialect == "sqlite":
+            self._open_sqlite(url, durability)
+        else:
+            self._open_postgresql(url)
+
+    def _open_sqlite(self, url: str, durability: str) -> None:
+        self.path = Path(url[len("sqlite:///") :])
+        self.location = str(self.path)
+        state = _sqlite_state(self.path, read_only=self.read_only)
+        sync = "FULL" if durability == "fsync" else "NORMAL"
+        if self.read_only:
+            self.has_schema = state != "new"
+            creator = _read_only_creator(self.path)
+            self.writer = sa.create_engine("sqlite://", creator=creator, poolclass=sa.pool.NullPool)
+            self.reader = sa.create_engine(
+                "sqlite://", creator=creator, poolclass=sa.pool.SingletonThreadPool
+            )
+            self.loader = sa.create_engine(
+                "sqlite://", creator=creator, poolclass=sa.pool.SingletonThreadPool
+            )
+            for engine in (self.writer, self.reader, self.loader):
+                _sqlite_pragmas(engine, sync, begin="BEGIN")
+            return
+        # Every RawWriter (one per open session) holds a private connection for its
+        # lifetime: its reads between transactions may span awaits (RawWriter.
+        # idle_connection), so no other session may share it.
+        self.writer = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        self.reader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
+        # Event-stream loads get their own connection: a command's read snapshot may be
+        # open on the reader's (one per thread) while it loads an aggregate.
+        self.loader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
+        # Only the writer sets the journal mode (a persistent change of the file's
+        # header): it connects at the first write, after the session was read.
+        _sqlite_wal(self.writer)
+        _sqlite_pragmas(self.writer, sync, begin="BEGIN IMMEDIATE")
+        _sqlite_pragmas(self.reader, sync, begin="BEGIN")
+        _sqlite_pragmas(self.loader, sync, begin="BEGIN")
+        if state != "current":  # new, empty, or pico's with migrations to apply
+            self._setup()
+
+    def _open_postgresql(self, url: str) -> None:
+        self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
+        if self.read_only:
+            self.reader = self.loader = self.writer.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+            try:
+                with self.reader.connect() as conn:
+                    found = conn.exec_driver_sql("SELECT to_regclass('pico_schema')").scalar()
+            except Exception as exc:
+                self.close()
+                translated = self.translate(exc, "connecting")
+                if translated is exc:
+                    raise
+                raise translated from exc
+            self.has_schema = found is not None
+        else:
+            self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
+            self.loader = self.reader
+            self._setup()
+
+    def _setup(self) -> None:
         try:
             with self.writer.begin() as conn:
                 if self.dialect == "postgresql":
                     # Serialize concurrent first-time setup across processes.
                     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
                 t.setup(conn)
-        except sa.exc.DatabaseError as exc:
+        except Exception as exc:
             self.close()
-            if self.dialect == "sqlite" and "not a database" in str(exc.orig):
-                raise StorageCorruptError(
-                    f"{url} is not a SQLite database (or is encrypted or damaged); nothing was "
-                    "changed. Restore it from a backup or point pico at another file"
-                ) from exc
-            raise
+            translated = self.translate(exc, "setting up pico's tables")
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    def translate(self, exc: BaseException, doing: str) -> BaseException:
+        """The ``PicoError`` for a driver error met while ``doing`` something, or ``exc``
+        itself when it is not a storage failure (the caller re-raises it unchanged)."""
+        return translate_error(exc, self.location, doing, sqlite=self.dialect == "sqlite")
 
     def raw_writer(self) -> RawWriter:
         return RawWriter(self)
@@ -119,6 +199,144 @@ class SqlDatabase:
                 engine.dispose()
 
 
+# SQLite primary result codes (the low byte of an extended code).
+_SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_SQLITE_UNAVAILABLE = {3, 5, 6, 8, 10, 13, 14, 23}  # PERM BUSY LOCKED READONLY IOERR FULL
+# CANTOPEN AUTH
+_SQLITE_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: the file is shorter than its pages
+_CORRUPT_TEXT = ("malformed", "not a database", "could not decode to utf-8", "corrupt")
+
+
+def translate_error(
+    exc: BaseException, location: str, doing: str, *, sqlite: bool
+) -> BaseException:
+    """Driver and SQLAlchemy errors as pico's: damage the driver detects is
+    ``StorageCorruptError``, a database that cannot be reached, opened or locked is
+    ``StorageUnavailableError``; anything else is returned unchanged. Translated once,
+    here, at the adapter boundary; the message stands alone (passwords masked)."""
+    if isinstance(exc, PicoError):
+        return exc
+    orig: BaseException = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    if sqlite:
+        if not isinstance(orig, sqlite3.Error):
+            return exc
+        code = getattr(orig, "sqlite_errorcode", None)
+        lowered = text.lower()
+        if (
+            code == _SQLITE_SHORT_READ
+            or (code is not None and code & 0xFF in _SQLITE_CORRUPT)
+            or any(s in lowered for s in _CORRUPT_TEXT)
+        ):
+            what = (
+                "is not a SQLite database (or is encrypted or damaged)"
+                if "not a database" in lowered
+                else "is damaged"
+            )
+            return StorageCorruptError(
+                f"{location} {what}: SQLite reported {text!r} while {doing}; nothing was "
+                "changed. Restore the file from a backup or point pico at another file "
+                "(pico check URL --session S reports what is damaged)"
+            )
+        if (code is not None and code & 0xFF in _SQLITE_UNAVAILABLE) or isinstance(
+            orig, sqlite3.OperationalError
+        ):
+            return StorageUnavailableError(
+                f"{location} could not be used while {doing}: SQLite reported {text!r}; check "
+                "the file and its directory exist and are readable (and writable to write), "
+                "and that the disk is not full"
+            )
+        return exc
+    if not isinstance(orig, psycopg.Error):
+        return exc
+    if isinstance(orig, psycopg.OperationalError | psycopg.errors.InsufficientPrivilege):
+        return StorageUnavailableError(
+            f"PostgreSQL at {location} could not be used while {doing}: {_mask_text(text)}; "
+            "check that the server is running and reachable, and the user, password and "
+            "database in the URL"
+        )
+    if isinstance(orig, psycopg.errors.DataError | psycopg.errors.UndefinedTable):
+        return StorageCorruptError(
+            f"PostgreSQL at {location}: {_mask_text(text)} while {doing}; nothing was changed. "
+            "The pico tables are damaged or missing: restore the database from a backup"
+        )
+    return exc
+
+
+def _mask_text(text: str) -> str:
+    """A driver message without any ``password=...`` it may quote."""
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", text, flags=re.IGNORECASE)
+
+
+def _read_only_creator(path: Path) -> Callable[[], Any]:
+    uri = f"file:{quote(str(path.absolute()))}?mode=ro"
+
+    def connect() -> Any:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    return connect
+
+
+def _sqlite_state(path: Path, *, read_only: bool) -> str:
+    """What the file at ``path`` is, inspected without writing: ``new`` (absent, or empty:
+    pico may create its schema there), ``current`` (pico's, fully migrated), ``old``
+    (pico's, migrations pending). A directory, a missing or unwritable directory, a foreign
+    SQLite database or a damaged file raise, and nothing is created."""
+    if path.is_dir():
+        raise StorageUnavailableError(
+            f"{path} is a directory, not a SQLite file; name a file inside it, e.g. "
+            f"sqlite:///{path / 'pico.db'}"
+        )
+    parent = path.parent if str(path.parent) else Path(".")
+    if not path.exists():
+        if not parent.is_dir():
+            raise StorageUnavailableError(
+                f"the directory {parent} of {path} does not exist; create it first (pico "
+                "creates the database file, not its directories)"
+            )
+        if not read_only and not os.access(parent, os.W_OK | os.X_OK):
+            raise StorageUnavailableError(
+                f"cannot create {path}: the directory {parent} is not writable; pick another "
+                "path or fix its permissions"
+            )
+        return "new"
+    if not os.access(path, os.R_OK):
+        raise StorageUnavailableError(f"{path} is not readable; fix its permissions")
+    if not read_only and not (os.access(path, os.W_OK) and os.access(parent, os.W_OK | os.X_OK)):
+        raise StorageUnavailableError(
+            f"{path} (or its directory, which holds the -wal and -shm files) is not writable; "
+            "open it with read_only=True to read it, or fix its permissions"
+        )
+    if path.stat().st_size == 0:
+        return "new"
+    location = str(path)
+    try:
+        conn = _read_only_creator(path)()
+    except sqlite3.Error as exc:
+        translated = translate_error(exc, location, "opening it", sqlite=True)
+        if translated is exc:
+            raise
+        raise translated from exc
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return "new"
+        if "pico_schema" not in tables:
+            raise ConfigurationError(
+                f"{path} is a SQLite database of another application (it has no pico tables); "
+                "nothing was changed. Point pico at its own file or a new path"
+            )
+        done = {int(r[0]) for r in conn.execute("SELECT version FROM pico_schema")}
+    except sqlite3.Error as exc:
+        translated = translate_error(exc, location, "reading its schema", sqlite=True)
+        if translated is exc:
+            raise
+        raise translated from exc
+    finally:
+        conn.close()
+    return "current" if {m[0] for m in t.MIGRATIONS} <= done else "old"
+
+
 class RawWriter:
     """One DBAPI connection for a session's writes, with explicit transactions."""
 
@@ -134,6 +352,8 @@ class RawWriter:
         # Why a deferred batch was lost (its COMMIT failed): every later write refuses, so
         # the owning session faults at its next command instead of building on it.
         self.lost: BaseException | None = None
+        # Inside ``exclusive``: the write lock is held and the next transaction joins it.
+        self.held = False
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
@@ -147,7 +367,13 @@ class RawWriter:
     def connection(self) -> Any:
         """The held DBAPI connection (opened on first use, on the calling thread)."""
         if self._fairy is None:
-            self._fairy = self.db.writer.raw_connection()
+            try:
+                self._fairy = self.db.writer.raw_connection()
+            except Exception as exc:
+                translated = self.db.translate(exc, "connecting to write")
+                if translated is exc:
+                    raise
+                raise translated from exc
             self.thread = threading.get_ident()
         return self._fairy.driver_connection
 
@@ -162,6 +388,39 @@ class RawWriter:
         conn = self._fairy.driver_connection
         return conn if self.pending or not conn.in_transaction else None
 
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Take the database's write lock before reading: SQLite ``BEGIN IMMEDIATE``;
+        PostgreSQL ``LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE``, which waits for
+        every transaction inserting events and holds off new ones (it does not block
+        readers). The next ``transaction`` runs inside the lock and its COMMIT releases it;
+        leaving the block without one rolls back. Only an opening claim uses it (for
+        milliseconds), so commands pay nothing for it."""
+        if self.lost is not None:
+            raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
+        self.flush()
+        conn = self.connection()
+        cur = conn.cursor()
+        try:
+            if self.sqlite:
+                if self.db.pending:
+                    self.db.flush_pending(but=self)
+                cur.execute("BEGIN IMMEDIATE")
+            else:
+                cur.execute("LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE")
+            self.held = True
+            yield
+        except BaseException as exc:
+            translated = self.db.translate(exc, "taking the write lock")
+            if translated is not exc:
+                raise translated from exc
+            raise
+        finally:
+            if self.held:  # no transaction consumed the lock
+                self.held = False
+                self._rollback(conn, cur)
+            cur.close()
+
     def transaction(self, work: Callable[[Any], None], *, defer: bool = False) -> None:
         """Run ``work`` in the write transaction and commit it; with ``defer`` (SQLite
         only) leave it open so the next transaction joins it (group commit: one COMMIT
@@ -171,8 +430,9 @@ class RawWriter:
             raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
         conn = self.connection()
         cur = conn.cursor()
+        held, self.held = self.held, False
         try:
-            if self.sqlite and not self.pending:
+            if self.sqlite and not self.pending and not held:
                 if self.db.pending:
                     self.db.flush_pending(but=self)
                 cur.execute("BEGIN IMMEDIATE")
@@ -190,6 +450,9 @@ class RawWriter:
             self._rollback(conn, cur)
             if isinstance(exc, self._integrity):
                 raise IntegrityError(str(exc)) from exc
+            translated = self.db.translate(exc, "writing")
+            if translated is not exc:
+                raise translated from exc
             raise
         finally:
             cur.close()
@@ -236,13 +499,21 @@ class RawWriter:
                 fairy.invalidate()
 
 
+def _sqlite_wal(engine: Engine) -> None:
+    """Put the file in WAL mode at connect: a persistent change of its header, so only the
+    writer does it (registered before ``_sqlite_pragmas``, whose listener then runs second)."""
+
+    @sa_event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _rec: Any) -> None:
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+
+
 def _sqlite_pragmas(engine: Engine, synchronous: str, *, begin: str) -> None:
     @sa_event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _rec: Any) -> None:
         # Take transaction control from pysqlite so BEGIN IMMEDIATE is ours to issue.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
         # SQLite's default checkpoint (every 1,000 WAL pages) runs inside the COMMIT that
@@ -328,8 +599,16 @@ class SqlRecorder(AggregateRecorder):
             q = q.limit(limit)
         if self._writer.pending:  # the loader must see every command this session ran
             self._writer.flush()
-        with self.db.loader.connect() as conn:
-            return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
+        try:
+            with self.db.loader.connect() as conn:
+                return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
+        except Exception as exc:
+            translated = self.db.translate(
+                exc, f"reading the events of stream {_hex(originator_id)}"
+            )
+            if translated is exc:
+                raise
+            raise translated from exc
 
     def select_session_events(
         self, session_id: str, *, after: int, limit: int
@@ -343,13 +622,25 @@ class SqlRecorder(AggregateRecorder):
         )
         if self._writer.pending:
             self._writer.flush()
-        with self.db.loader.connect() as conn:
-            return [
-                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
-            ]
+        try:
+            with self.db.loader.connect() as conn:
+                return [
+                    (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4])))
+                    for r in conn.execute(q)
+                ]
+        except Exception as exc:
+            translated = self.db.translate(
+                exc, f"reading the events of session {session_id!r} after position {after}"
+            )
+            if translated is exc:
+                raise
+            raise translated from exc
 
     def flush(self) -> None:
         self._writer.flush()
+
+    def exclusive(self) -> Any:
+        return self._writer.exclusive()
 
     def close(self) -> None:
         self._writer.close()
@@ -712,12 +1003,20 @@ class SqlReadStore:
         if conn is None:
             fairy: Any = getattr(self._local, "fairy", None)
             if fairy is None:
-                fairy = self.db.reader.raw_connection()
+                try:
+                    fairy = self.db.reader.raw_connection()
+                except Exception as exc:
+                    translated = self.db.translate(exc, "connecting to read")
+                    if translated is exc:
+                        raise
+                    raise translated from exc
                 self._local.fairy = fairy
                 with self._lock:
                     self._fairies.append(fairy)
                 if self._pg:
                     fairy.driver_connection.isolation_level = 3  # REPEATABLE READ
+                    if self.db.read_only:
+                        fairy.driver_connection.read_only = True
             conn = fairy.driver_connection
         cur = conn.cursor()
         try:
@@ -725,6 +1024,13 @@ class SqlReadStore:
                 cur.execute("BEGIN")  # deferred: a WAL snapshot from the first read
             self._local.cur = cur
             yield
+        except Exception as exc:
+            # Driver errors only (a damaged page, a server gone away); a command's own
+            # errors pass through unchanged.
+            translated = self.db.translate(exc, "reading")
+            if translated is not exc:
+                raise translated from exc
+            raise
         finally:
             self._local.cur = None
             try:

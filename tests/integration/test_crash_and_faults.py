@@ -181,7 +181,7 @@ async def test_sqlite_durability_is_an_explicit_option(
 
 
 def test_settings_reject_an_unknown_storage_url() -> None:
-    with pytest.raises(ValueError, match="unsupported storage URL"):
+    with pytest.raises(pico.ConfigurationError, match="unsupported storage URL"):
         pico.PicoSettings(storage_url="mysql://nope")
 
 
