@@ -221,6 +221,7 @@ async def demo(db: Path) -> str:
     out.append("tasks: " + ", ".join(f"{t.id} {t.kind} {t.status}" for t in tasks.items))
     events = sum(1 for _ in audit_records(h))
     out.append(f"session head {h.head()}, {events} events in the audit log")
+    out.append(f"read it again: python -m pico show --url {url} (or audit, check)")
     await h.close()
     return "\n".join(out)
 

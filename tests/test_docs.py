@@ -31,3 +31,26 @@ def test_doc_block_runs(path: Path, index: int, code: str, tmp_path: Path) -> No
 
 def test_docs_have_examples() -> None:
     assert len(CASES) >= 3
+
+
+def test_doc_blocks_pass_mypy_strict(tmp_path: Path) -> None:
+    """Every example type-checks as a user's own module would: ``mypy --strict`` with the
+    project's configuration, one invocation over all blocks (each its own module)."""
+    from mypy import api
+
+    files = []
+    for path, index, code in (case.values for case in CASES):
+        module = tmp_path / f"{path.stem.lower().replace('-', '_')}_example_{index}.py"
+        module.write_text(str(code))
+        files.append(str(module))
+    stdout, stderr, status = api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--follow-imports=silent",  # the library itself is checked by the main mypy run
+            "--no-error-summary",
+            *files,
+        ]
+    )
+    assert status == 0, f"{stdout}{stderr}".replace(str(tmp_path) + os.sep, "")
