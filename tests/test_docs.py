@@ -12,11 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
-CASES = [
-    pytest.param(path, i, code, id=f"{path.name}:{i}")
-    for path in DOCS
-    for i, code in enumerate(BLOCK.findall(path.read_text()))
+BLOCKS = [
+    (path, i, code) for path in DOCS for i, code in enumerate(BLOCK.findall(path.read_text()))
 ]
+CASES = [pytest.param(path, i, code, id=f"{path.name}:{i}") for path, i, code in BLOCKS]
 
 
 @pytest.mark.parametrize(("path", "index", "code"), CASES)
@@ -39,9 +38,9 @@ def test_doc_blocks_pass_mypy_strict(tmp_path: Path) -> None:
     from mypy import api
 
     files = []
-    for path, index, code in (case.values for case in CASES):
+    for path, index, code in BLOCKS:
         module = tmp_path / f"{path.stem.lower().replace('-', '_')}_example_{index}.py"
-        module.write_text(str(code))
+        module.write_text(code)
         files.append(str(module))
     stdout, stderr, status = api.run(
         [
