@@ -331,3 +331,43 @@ async def test_a_changed_memory_read_model_is_a_finding() -> None:
         report = await pico.check(f"memory://{name}", session="s")
         assert _kinds(report) == ["read model"]
         assert f"index _entries key {entry}" in report.findings[0].message
+
+
+async def test_check_reads_one_snapshot_while_the_owner_commits(
+    sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that lands after the events were read and before the tables are compared
+    must not show up as a difference: the whole check reads one snapshot."""
+    import asyncio
+
+    from pico.infrastructure import verify
+
+    async with await sql_backend.open() as h:
+        await _history(h)
+    compare = verify._compare
+    landed: list[int] = []
+
+    async def commit_meanwhile() -> int:
+        async with await sql_backend.open() as owner:
+            await (await owner.root()).append("user", "committed during the check")
+            return owner.head()
+
+    def compare_after_a_commit(*args: Any) -> None:
+        if not landed:  # the check's worker thread: a real commit by another owner, now
+            landed.append(asyncio.run(commit_meanwhile()))
+        compare(*args)
+
+    monkeypatch.setattr(verify, "_compare", compare_after_a_commit)
+    report = await pico.check(sql_backend.url, session=sql_backend.session)
+    assert landed, "the commit did not land during the check"
+    assert report.ok, [str(f) for f in report.findings]
+    monkeypatch.undo()
+    # Check: the commit is there, and a fresh check sees it (and is clean too).
+    again = await pico.check(sql_backend.url, session=sql_backend.session)
+    assert again.ok and again.events > report.events
+
+
+async def test_an_unreachable_server_is_storage_unavailable_with_the_password_masked() -> None:
+    with pytest.raises(pico.StorageUnavailableError) as caught:
+        await pico.check("postgresql://pico:secret@127.0.0.1:1/nowhere", session="main")
+    assert "secret" not in str(caught.value) and "127.0.0.1" in str(caught.value)
