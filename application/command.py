@@ -33,6 +33,7 @@ from pico.domain.errors import (
     InvalidPositionError,
     LiveWorkError,
     RequestKeyConflictError,
+    TaskDefinitionError,
     TaskGraphError,
     TerminalTaskError,
     UnknownConversationError,
@@ -71,6 +72,7 @@ from pico.domain.values import (
 
 if TYPE_CHECKING:
     from pico.application.line import CommandLine
+    from pico.application.tasks import TaskDefinition
 
 __all__ = ["UNSET", "Command", "ConversationCommand", "WorkingCommand"]
 
@@ -674,8 +676,7 @@ class Command:
         definition = self._line.definitions.get(kind)
         status = definition.initial_status if status is None else status
         role = definition.role_of(status)
-        check_json(state, what="task state")  # the gate first: the definition sees only JSON
-        text = dumps(definition.check_state(None, state), what="task state")
+        text = _task_state(definition, None, state)
         conv = self._conversation(conversation_id)
         conv.check_accepts_work()
         after = check_ids(after, "after")
@@ -734,8 +735,7 @@ class Command:
         definition.check_transition(task_id, task.status, new_status)
         text = None
         if not isinstance(state, _Unset):
-            check_json(state, what="task state")
-            text = dumps(definition.check_state(task_id, state), what="task state")
+            text = _task_state(definition, task_id, state)
         new_after = list(task.after) if after is None else check_ids(after, "after")
         _check_schedule(
             None if isinstance(not_before, _Unset) else not_before,
@@ -884,6 +884,18 @@ class Command:
             self._core = False
         self._request_keys[key] = payload
         return new_id, True
+
+
+def _task_state(definition: TaskDefinition, task_id: int | None, state: JsonValue) -> str:
+    """The definition's state through the gate. A definition that refuses a value which is
+    not JSON anyway gets the gate's verdict (InvalidJsonError naming the path), not its
+    own; valid state is walked once."""
+    try:
+        checked = definition.check_state(task_id, state)
+    except TaskDefinitionError:
+        check_json(state, what="task state")
+        raise
+    return dumps(checked, what="task state")
 
 
 def _check_schedule(not_before: object, required_permit: object) -> None:

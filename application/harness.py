@@ -55,7 +55,7 @@ from pico.domain.errors import (
     ShuttingDownError,
     UnknownConversationError,
 )
-from pico.domain.ids import check_id, check_optional_id
+from pico.domain.ids import check_id, check_limit, check_optional_id, check_position
 from pico.domain.json import JsonValue, check_json, dumps
 from pico.domain.values import (
     ConversationSnapshot,
@@ -471,6 +471,8 @@ class Harness:
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:
         """Stored events of this session in storage order, for auditors."""
         self._line.check_usable()
+        check_position(after, "after")
+        check_limit(limit, maximum=1_000_000)  # a page is one list in memory: page on
         return self._line.storage.audit(after=after, limit=limit)
 
 

@@ -127,7 +127,7 @@ def _valid(value: Any, depth: int) -> bool:
     and the message)."""
     t = type(value)
     if t is str:
-        return value.isascii() or _utf8(value)  # type: ignore[no-any-return]
+        return value.isascii() or _utf8(value)
     if t is int or t is bool or value is None:
         return True
     if t is float:

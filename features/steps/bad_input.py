@@ -15,6 +15,7 @@ from pytest_bdd import parsers, then, when
 
 from features.steps.library import World, _address
 
+
 def _nested(depth: int) -> Any:
     value: Any = 1
     for _ in range(depth):

@@ -33,7 +33,7 @@ SETTINGS = settings(
 
 # ------------------------------------------------------------------ strategies
 
-_well_formed_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+_well_formed_text = st.text(st.characters(codec="utf-8"), max_size=6)
 _json_leaf = (
     st.none()
     | st.booleans()

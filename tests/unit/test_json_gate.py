@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pico.application.state import session_value
+from pico.application.tools import Tool, ToolContext
 from pico.domain.errors import InvalidArgumentError, InvalidJsonError
 from pico.domain.ids import MAX_ID, check_choice, check_id, check_ids, check_limit, check_position
 from pico.domain.json import MAX_DEPTH, JsonValue, check_json, dumps, is_strict_json, strict_json
@@ -206,3 +207,25 @@ def test_a_mode_must_be_one_of_the_known_strings() -> None:
     assert check_choice("asc", "order", ("asc", "desc")) == "asc"
     with pytest.raises(InvalidArgumentError, match="order must be one of 'asc', 'desc'"):
         check_choice("ASC", "order", ("asc", "desc"))
+
+
+# ------------------------------------------------------------------ tool results
+
+
+async def test_a_tool_result_with_a_lone_surrogate_becomes_an_error_result() -> None:
+    async def returns_bad(args: Any, ctx: ToolContext) -> str:
+        return "half \ud800"
+
+    async def writes_bad(args: Any, ctx: ToolContext) -> str:
+        await ctx.write("progress \udfff")
+        return "never"
+
+    schema: Any = {"type": "object"}
+    for execute, where in ((returns_bad, "the result of tool"), (writes_bad, "progress text")):
+        tool = Tool("t", "a tool", schema, execute)
+        outcome = await tool.run({}, ToolContext(call_id="c1", tool_name="t"))
+        # Check: an error result that says why, never the bad text (which would fault the
+        # handle when the settlement encodes it).
+        assert outcome.is_error and outcome.text.startswith("InvalidJsonError: "), outcome.text
+        assert where in outcome.text and "\ud800" not in outcome.text
+        assert "\udfff" not in outcome.text
