@@ -7,8 +7,8 @@ session decodes, that event versions are contiguous per aggregate, that the log 
 a batch boundary, and that the read model equals a replay of the events through the pure
 projector into a fresh in-memory read store, table by table. Damage a cheap open cannot
 see (a read-model row changed behind pico's back, a deleted event row, an event body
-changed to other valid JSON) is found here. Working-scope rows are not history (they are
-not events) and are left out of the comparison.
+changed to other valid JSON, a damaged snapshot) is found here. Working-scope rows are not
+history (they are not events) and are left out of the comparison.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ class Finding:
     Attributes:
         kind: ``storage`` (the file cannot be read), ``integrity`` (SQLite's page check),
             ``decode`` (an event body does not decode or replay), ``versions`` (a gap in an
-            aggregate's event versions), ``batch`` (events after the last boundary), or
-            ``read model`` (a row differs from the replay of the events).
+            aggregate's event versions), ``batch`` (events after the last boundary),
+            ``snapshot`` (a stored snapshot does not decode or is newer than its events),
+            or ``read model`` (a row differs from the replay of the events).
         message: what is wrong, with the position, aggregate or row ids involved.
         position: the event's storage position, where one is involved.
     """
@@ -203,6 +204,29 @@ class _Replay:
                         start,
                     )
 
+    def snapshot(self, oid: UUID, version: int, topic: str, body: bytes) -> None:
+        """A stored snapshot must decode and must not be newer than its stream's events
+        (a reload would start from it and silently skip the missing history)."""
+        last = self._versions.get(oid, 0)
+        if version > last:
+            self.findings.add(
+                "snapshot",
+                f"{self._name(oid)}: a snapshot at version {version} is newer than its last "
+                f"stored event (version {last}): events are missing",
+            )
+        try:
+            self.mapper.to_domain_event(StoredEvent(oid, version, topic, body))
+        except Exception as exc:
+            self.findings.add(
+                "snapshot",
+                f"{self._name(oid)}: the snapshot at version {version} does not decode: "
+                f"{_short(exc)}",
+            )
+
+    @property
+    def streams(self) -> list[UUID]:
+        return list(self._versions)
+
     def _name(self, oid: UUID) -> str:
         return self._names.get(oid, f"stream {oid.hex}")
 
@@ -330,6 +354,8 @@ def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) ->
                     body = r[4].encode("utf-8", "surrogatepass") if isinstance(r[4], str) else r[4]
                     replay.feed(r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(body)))
                 replay.finish()
+                if t.snapshots.name in present:
+                    _check_snapshots(conn, replay)
                 if replay.decodable:
                     for table in READ_MODEL:
                         if table.name not in present:
@@ -357,6 +383,18 @@ def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) ->
     finally:
         replica.close()
     return replay.count
+
+
+def _check_snapshots(conn: Connection, replay: _Replay) -> None:
+    sc = t.snapshots.c
+    streams = replay.streams
+    for i in range(0, len(streams), 500):
+        q = sa.select(sc.originator_id, sc.originator_version, sc.topic, sc.state).where(
+            sc.originator_id.in_([oid.hex for oid in streams[i : i + 500]])
+        )
+        for r in conn.execute(q):
+            body = r[3].encode("utf-8", "surrogatepass") if isinstance(r[3], str) else r[3]
+            replay.snapshot(UUID(r[0]), r[1], r[2], bytes(body))
 
 
 def _integrity(conn: Connection, where: str, findings: _Findings) -> bool:
@@ -504,6 +542,11 @@ def _check_memory(url: str, session: str, findings: _Findings) -> CheckReport:
     for i, stored in enumerate(log):
         replay.feed(i + 1, stored)
     replay.finish()
+    with db.lock:
+        snapshots = [(oid, list(db.snapshots.get(oid, []))) for oid in replay.streams]
+    for oid, kept in snapshots:
+        for snap in kept:
+            replay.snapshot(oid, snap.originator_version, snap.topic, snap.state)
     if replay.decodable and live is not None:
         with db.lock:
             _compare_memory(live, replica, findings)
