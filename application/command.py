@@ -342,6 +342,10 @@ class Command:
         meta_text = None if metadata is None else dumps(dict(metadata), what="entry metadata")
         if key is not None and type(key) is not str:
             raise InvalidArgumentError(f"an entry key must be a string or None, got {key!r}")
+        if isinstance(kind, str):  # kind and key are stored text too: the same gate
+            check_json(kind, what="entry kind")
+        if key is not None:
+            check_json(key, what="entry key")
         check_optional_id(by_task_id, "by_task_id")
         conv = self._conversation(conversation_id)
         seq = self._peek()
@@ -856,7 +860,8 @@ class Command:
         conversation or a different request rejects.
         """
         if not isinstance(key, str) or not key:
-            raise CommandRejectedError("a request key must be a non-empty string")
+            raise InvalidArgumentError(f"a request key must be a non-empty string, got {key!r}")
+        check_json(key, what="request key")
         text = self._request_keys.get(key)
         if text is None:
             found = self._state.get_value(SESSION_SCOPE, REQUEST_INPUT_NAMESPACE, key, rewind=False)
@@ -906,10 +911,13 @@ def _check_schedule(not_before: object, required_permit: object) -> None:
             "not_before must be a finite number of seconds on the harness clock, or None; "
             f"got {not_before!r}"
         )
-    if required_permit is not None and type(required_permit) is not str:
-        raise InvalidArgumentError(
-            f"required_permit must be a permit name (a string) or None, got {required_permit!r}"
-        )
+    if required_permit is not None:
+        if type(required_permit) is not str:
+            raise InvalidArgumentError(
+                "required_permit must be a permit name (a string) or None, got "
+                f"{required_permit!r}"
+            )
+        check_json(required_permit, what="required_permit")
 
 
 def _session_write(

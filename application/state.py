@@ -93,6 +93,9 @@ class Address(Generic[T]):
         if self.key is not None and (not isinstance(self.key, str) or self.key == ""):
             raise CommandRejectedError("an address key must be a non-empty string or None")
         check_namespace(self.namespace, core=True)
+        check_json(self.namespace, what="an address namespace")  # stored text: no surrogates
+        if self.key is not None:
+            check_json(self.key, what="an address key")
         untyped = _is_untyped(self.type_)
         object.__setattr__(self, "_untyped", untyped)
         object.__setattr__(self, "_adapter", _adapter_for(Any if untyped else self.type_))
@@ -204,6 +207,7 @@ class WorkingScope:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise CommandRejectedError("a working scope needs a non-empty name")
+        check_json(self.name, what="a working scope name")
 
     @property
     def scope_id(self) -> str:

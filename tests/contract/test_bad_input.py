@@ -240,6 +240,34 @@ def test_good_json_round_trips_exactly_through_values_and_entries(world: World) 
     check()
 
 
+_NAMES: dict[str, Callable[[World, str], Awaitable[Any]]] = {
+    "entry kind": lambda w, t: w.c.append(t, "x"),
+    "entry key": lambda w, t: w.c.append("user", "x", key=t),
+    "address namespace": lambda w, t: w.h.set_value(pico.session_value("n" + t), 1),
+    "address key": lambda w, t: w.c.set_value(pico.conversation_value("n", key=t), 1),
+    "request id": lambda w, t: w.c.accept("hi", request_id=t),
+    "working scope name": lambda w, t: w.h.command(
+        pico.working_scope(t), lambda wc: wc.set_value(W_VALUE, 1)
+    ),
+    "required permit": lambda w, t: w.h.command(
+        lambda tx: tx.create_task(w.c.id, "note", required_permit=t)
+    ),
+    "collapse instructions": lambda w, t: w.c.collapse(instructions=t),
+}
+
+
+def test_a_lone_surrogate_in_any_stored_name_is_refused_without_faulting(world: World) -> None:
+    # Kinds, keys, namespaces, request ids, scope names and permits are stored text too:
+    # unchecked, a lone surrogate failed at encoding and faulted the handle.
+    @SETTINGS
+    @given(text=_lone_surrogate_text, path=st.sampled_from(sorted(_NAMES)))
+    def check(text: str, path: str) -> None:
+        error = world.refuses(pico.InvalidJsonError, lambda: _NAMES[path](world, text))
+        assert "lone surrogate" in str(error)
+
+    check()
+
+
 @pytest.mark.parametrize("metadata", [["a"], "text", 3, ("k", "v"), True])
 def test_metadata_that_is_not_an_object_is_invalid_json(world: World, metadata: Any) -> None:
     error = world.refuses(
@@ -359,6 +387,30 @@ def test_a_well_formed_id_that_does_not_exist_is_not_found(world: World) -> None
             lambda i=ident: h.command(lambda tx: tx.patch_task(i, status="spawning")),  # type: ignore[misc]
         )
         world.refuses(pico.NotInContextError, lambda i=ident: c.compact("s", through=i))  # type: ignore[misc]
+
+
+def test_the_extreme_well_formed_positions_answer_normally(world: World) -> None:
+    # 0 and 2**63 - 1 are positions every backend stores: no overflow, no driver error.
+    h, c = world.h, world.c
+    for at in (0, MAX_ID):
+        assert world.run(c.entries(after=at, before=at)).items == ()
+        assert world.run(h.tasks(after=at, before=at)).items == ()
+        assert world.run(h.conversations(after=at, before=at)).items == ()
+        assert world.run(h.read_list(S_LIST, after=at, before=at)).items == ()
+        assert world.run(c.read_list(C_LIST, after=at, before=at)).items == ()
+        assert len(world.h.audit(after=at, limit=1)) == (1 if at == 0 else 0)
+    # As of the farthest position: today's state.
+    assert world.run(h.entries(c.id, as_of=MAX_ID)) == world.run(h.entries(c.id))
+    assert world.run(c.get_value(C_VALUE, as_of=MAX_ID)) == {"plan": [1, 2]}
+    assert world.run(h.get_conversations([c.id], as_of=MAX_ID)) == world.run(
+        h.get_conversations([c.id])
+    )
+    assert world.run(c.snapshot(as_of=MAX_ID)).context == world.run(c.snapshot()).context
+    assert world.run(c.context_as_of(MAX_ID)) == world.run(c.snapshot()).context
+    with pytest.raises(pico.UnknownConversationError):
+        world.run(c.snapshot(as_of=0))  # it did not exist before the first commit
+    world.refuses(pico.InvalidPositionError, lambda: c.fork(as_of=MAX_ID))
+    world.refuses(pico.InvalidPositionError, lambda: c.fork(as_of=0))
 
 
 # ------------------------------------------------------------------ limits and modes
