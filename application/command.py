@@ -342,8 +342,11 @@ class Command:
         meta_text = None if metadata is None else dumps(dict(metadata), what="entry metadata")
         if key is not None and type(key) is not str:
             raise InvalidArgumentError(f"an entry key must be a string or None, got {key!r}")
-        if isinstance(kind, str):  # kind and key are stored text too: the same gate
-            check_json(kind, what="entry kind")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidArgumentError(
+                f"an entry kind must be a non-empty string (e.g. 'user'), got {kind!r}"
+            )
+        check_json(kind, what="entry kind")  # kind and key are stored text too: the same gate
         if key is not None:
             check_json(key, what="entry key")
         check_optional_id(by_task_id, "by_task_id")
@@ -914,8 +917,7 @@ def _check_schedule(not_before: object, required_permit: object) -> None:
     if required_permit is not None:
         if type(required_permit) is not str:
             raise InvalidArgumentError(
-                "required_permit must be a permit name (a string) or None, got "
-                f"{required_permit!r}"
+                f"required_permit must be a permit name (a string) or None, got {required_permit!r}"
             )
         check_json(required_permit, what="required_permit")
 

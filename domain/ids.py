@@ -6,6 +6,7 @@ boundary, so every backend gives the same typed answer to a malformed one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from pico.domain.errors import InvalidArgumentError
@@ -64,14 +65,15 @@ def check_id(value: object, what: str) -> int:
 
 
 def check_ids(values: object, what: str) -> list[int]:
-    """A sequence of ids (a list or tuple, never a str, bytes, set or mapping), each as
-    ``check_id``; returns them as a new list."""
-    if not isinstance(values, (list, tuple)):
-        raise _invalid(what, values, "a list or tuple of integer ids")
+    """A collection of ids (a list, tuple, set or other iterable; never a str, bytes or
+    mapping), each as ``check_id``; returns them as a new list."""
+    if isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
+        raise _invalid(what, values, "a list, tuple or set of integer ids")
+    values = list(values)
     for i, value in enumerate(values):
         if not (type(value) is int and 0 < value <= MAX_ID):
             raise _invalid(f"{what}[{i}]", value, f"an integer id from 1 to {MAX_ID}")
-    return list(values)
+    return values
 
 
 def check_optional_id(value: object, what: str) -> int | None:

@@ -460,6 +460,53 @@ def test_an_unknown_order_or_mode_says_the_known_ones(world: World) -> None:
     assert "one of 'grant', 'deny'" in str(error)
 
 
+def _argument_calls(w: World) -> dict[str, Callable[[], Awaitable[Any]]]:
+    h, c = w.h, w.c
+
+    def task(**kw: Any) -> Callable[[], Awaitable[Any]]:
+        return lambda: h.command(lambda tx: tx.create_task(c.id, "note", **kw))
+
+    return {
+        "an empty entry kind": lambda: c.append("", "x"),
+        "an entry kind that is not text": lambda: c.append(3, "x"),  # type: ignore[arg-type]
+        "an entry key that is not text": lambda: c.append("user", "x", key=3),  # type: ignore[arg-type]
+        "a by_task_id that is not an id": lambda: h.command(
+            lambda tx: tx.append_entry(c.id, "user", "x", by_task_id=True)
+        ),
+        "foreground that is not a bool": task(foreground=1),
+        "not_before that is NaN": task(not_before=math.nan),
+        "not_before that is text": task(not_before="soon"),
+        "a permit that is not text": task(required_permit=7),
+        "spawned_by that is not an id": task(spawned_by=1.0),
+        "an expected_revision that is negative": lambda: c.compact(
+            "s", through=_context_end(w), expected_revision=-1
+        ),
+        "an expected_revision that is a bool": lambda: c.compact(
+            "s", through=_context_end(w), expected_revision=True
+        ),
+        "inherit_state that is not a bool": lambda: c.fork(
+            at_entry=_context_end(w),
+            inherit_state="no",  # type: ignore[arg-type]
+        ),
+        "a live filter that is not a bool": lambda: h.tasks(live="yes"),  # type: ignore[arg-type]
+        "a kind filter that is not text": lambda: h.entries(c.id, kind=1),  # type: ignore[arg-type]
+        "a scan cursor that is not a key pair": lambda: h.scan_values(after=("a",)),  # type: ignore[arg-type]
+        "a namespace filter that is not text": lambda: h.scan_values(namespace=1),  # type: ignore[arg-type]
+        "an audit limit of zero": lambda: _now(h.audit, limit=0),
+        "an audit position that is negative": lambda: _now(h.audit, after=-1),
+    }
+
+
+async def _now(call: Callable[..., Any], **kw: Any) -> Any:
+    return call(**kw)  # a synchronous call, awaited like the others
+
+
+def test_every_other_malformed_argument_is_invalid_argument(world: World) -> None:
+    for label, call in _argument_calls(world).items():
+        error = world.refuses(pico.InvalidArgumentError, call)
+        assert "must be" in str(error), (label, str(error))
+
+
 # ------------------------------------------------------------------ one meaning per error
 
 

@@ -191,7 +191,8 @@ def test_well_formed_ids_and_positions_pass() -> None:
     assert check_ids((3, 1), "ids") == [3, 1]
     with pytest.raises(InvalidArgumentError, match=r"ids\[1\] must be an integer id"):
         check_ids([1, True], "ids")
-    with pytest.raises(InvalidArgumentError, match="ids must be a list or tuple"):
+    assert check_ids({7}, "ids") == [7] and check_ids(iter([2]), "ids") == [2]
+    with pytest.raises(InvalidArgumentError, match="ids must be a list, tuple or set"):
         check_ids("12", "ids")
     with pytest.raises(InvalidArgumentError, match="as_of must be an integer position from 0"):
         check_position(-1, "as_of")
