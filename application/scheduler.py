@@ -272,7 +272,7 @@ class Scheduler:
                 return "closed"
             if self.error is not None:
                 raise self.error
-            self.line.check_usable()
+            self.line.check_usable(write=True)  # a read-only handle executes nothing
             changed = self._subscribe()
             with self.line.storage.snapshot():  # one snapshot for the whole pass
                 # A dependency is satisfied when terminal (§5.3): in this snapshot, exactly

@@ -19,6 +19,7 @@ from pico.domain.errors import (
     AddressPolicyError,
     CommandRejectedError,
     InvalidJsonError,
+    StorageCorruptError,
     StoredTypeError,
 )
 from pico.domain.ids import check_id
@@ -157,18 +158,30 @@ class Address(Generic[T]):
 
     def decode(self, text: str) -> T:
         if self._untyped:
-            plain: T = loads(text)  # type: ignore[assignment]
+            try:
+                plain: T = loads(text)  # type: ignore[assignment]
+            except ValueError as exc:
+                raise _undecodable(self.namespace, text) from exc
             if self.type_ != JsonObject or isinstance(plain, dict):
                 return plain
         try:
             result: T = self._adapter.validate_json(text)
         except ValidationError as exc:
+            if exc.errors()[0]["type"] == "json_invalid":
+                raise _undecodable(self.namespace, text) from exc
             raise StoredTypeError(
                 f"the stored value of {self.namespace!r} ({text[:80]}) does not match the "
                 f"address type {self.type_!r}: {exc.errors()[0]['msg']}. Read it through an "
                 "address of the type it was written with, or migrate it under a new namespace"
             ) from exc
         return result
+
+
+def _undecodable(namespace: str, text: str) -> StorageCorruptError:
+    return StorageCorruptError(
+        f"the stored value of {namespace!r} ({text[:80]!r}) is not JSON: the database is "
+        "damaged; nothing was changed. Restore it from a backup (pico check lists the damage)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -204,7 +204,15 @@ _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _SQLITE_UNAVAILABLE = {3, 5, 6, 8, 10, 13, 14, 23}  # PERM BUSY LOCKED READONLY IOERR FULL
 # CANTOPEN AUTH
 _SQLITE_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: the file is shorter than its pages
-_CORRUPT_TEXT = ("malformed", "not a database", "could not decode to utf-8", "corrupt")
+_CORRUPT_TEXT = (
+    "malformed",
+    "not a database",
+    "could not decode to utf-8",
+    "corrupt",
+    "unsupported file format",
+    "no such table",
+    "no such column",
+)
 
 
 def translate_error(
@@ -310,6 +318,20 @@ def _sqlite_state(path: Path, *, read_only: bool) -> str:
     if path.stat().st_size == 0:
         return "new"
     location = str(path)
+    with path.open("rb") as f:
+        header = f.read(100)
+    if (
+        len(header) == 100
+        and header[:16] == b"SQLite format 3\x00"
+        and not (header[18] in (1, 2) and header[19] in (1, 2))
+    ):
+        # Versions above 2 make SQLite treat the file as read-only or unreadable: damage
+        # in the header, not a permission to report.
+        raise StorageCorruptError(
+            f"{path} is damaged: its header's file format versions are {header[18]} and "
+            f"{header[19]} (SQLite writes 1 or 2); nothing was changed. Restore the file from "
+            "a backup (pico check URL --session S reports what is damaged)"
+        )
     try:
         conn = _read_only_creator(path)()
     except sqlite3.Error as exc:
