@@ -1041,6 +1041,7 @@ class SqlReadStore:
                         fairy.driver_connection.read_only = True
             conn = fairy.driver_connection
         cur = conn.cursor()
+        broken = False
         try:
             if not self._pg and not own:
                 cur.execute("BEGIN")  # deferred: a WAL snapshot from the first read
@@ -1050,9 +1051,10 @@ class SqlReadStore:
             # Driver errors only (a damaged page, a server gone away); a command's own
             # errors pass through unchanged.
             translated = self.db.translate(exc, "reading")
-            if translated is not exc:
-                raise translated from exc
-            raise
+            if translated is exc:
+                raise
+            broken = isinstance(translated, StorageUnavailableError) and not own
+            raise translated from exc
         finally:
             self._local.cur = None
             try:
@@ -1060,8 +1062,23 @@ class SqlReadStore:
                     conn.rollback()
                 elif not own and conn.in_transaction:
                     cur.execute("ROLLBACK")
+            except Exception:
+                if not broken:
+                    raise
             finally:
                 cur.close()
+            if broken:
+                self._drop_connection()  # the next read connects afresh
+
+    def _drop_connection(self) -> None:
+        fairy: Any = getattr(self._local, "fairy", None)
+        if fairy is None:
+            return
+        self._local.fairy = None
+        with self._lock:
+            if fairy in self._fairies:
+                self._fairies.remove(fairy)
+        fairy.invalidate()
 
     def close(self) -> None:
         with self._lock:

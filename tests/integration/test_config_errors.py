@@ -215,3 +215,21 @@ async def test_a_read_only_open_of_a_postgresql_database_without_pico_tables_run
     finally:
         admin.execute("DROP DATABASE IF EXISTS pico_empty_ro")
         admin.close()
+
+
+async def test_a_postgresql_connection_that_goes_away_is_unavailable_then_reconnects() -> None:
+    url = require_postgres("the lost connection")
+    h = await pico.Harness.open(url, session=f"gone-{os.getpid()}-{id(object())}")
+    c = await h.root()
+    await c.append("user", "before")
+    storage: Any = h._line.storage
+    store = storage._read_store  # the reader's held connection, only that one
+    with store.read():
+        pid = store._local.fairy.driver_connection.info.backend_pid
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(pico.StorageUnavailableError, match="server is running"):
+        await c.entries()
+    assert [e.content for e in (await c.entries()).items] == ["before"]  # connects afresh
+    await c.append("user", "after")  # the handle is still usable
+    await h.close()

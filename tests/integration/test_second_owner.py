@@ -29,6 +29,7 @@ import pytest
 
 import pico
 import pico.application.line as line_module
+from pico.domain.session import Session
 from tests.backends import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +146,7 @@ def _stored_values(h: pico.Harness) -> list[int]:
     while batch := h.audit(after=after, limit=1000):
         after = batch[-1].position
         out += [
-            json.loads(r.payload["value"])
+            json.loads(str(r.payload["value"]))
             for r in batch
             if r.event == "Session.ValueSet" and r.payload.get("namespace") == "owner"
         ]
@@ -241,7 +242,7 @@ def test_a_claim_that_loses_every_race_gives_up_with_its_own_message() -> None:
 
     storage = Racing()
     with pytest.raises(pico.ClaimContendedError) as info:
-        line_module._claim(storage, pico.application.line.Session(session_id="s"))  # type: ignore[arg-type]
+        line_module._claim(storage, Session(session_id="s"))  # type: ignore[arg-type]
     assert storage.saves == line_module.CLAIM_ATTEMPTS
     assert "lost the claim" in str(info.value) and "since this handle opened" not in str(info.value)
     assert isinstance(info.value, pico.StaleWriterError)
