@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +22,6 @@ from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
-import psycopg
 import sqlalchemy as sa
 from eventsourcing.persistence import AggregateRecorder, IntegrityError, StoredEvent
 from sqlalchemy import event as sa_event
@@ -255,7 +255,10 @@ def translate_error(
                 "and that the disk is not full"
             )
         return exc
-    if not isinstance(orig, psycopg.Error):
+    # psycopg is imported only by a PostgreSQL engine (its libpq costs ~9 MiB of RSS): if
+    # it is not loaded, the error is not one of its.
+    psycopg: Any = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(orig, psycopg.Error):
         return exc
     if isinstance(orig, psycopg.OperationalError | psycopg.errors.InsufficientPrivilege):
         return StorageUnavailableError(

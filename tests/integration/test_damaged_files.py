@@ -347,3 +347,29 @@ async def test_a_read_only_open_of_an_intact_file_writes_nothing_and_reads_every
     assert _sha(path) == before
     wal = Path(f"{path}-wal")
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+async def test_a_read_only_open_of_a_copy_taken_mid_run_reads_its_wal_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A copy taken while the owner runs (a crash, a backup of the live files): the
+    committed frames are in the -wal, and there is no -shm. Reading it changes neither."""
+    live = tmp_path / "live" / "session.db"
+    live.parent.mkdir()
+    h = await pico.Harness.open(f"sqlite:///{live}", session=SESSION)
+    c = await h.root()
+    for i in range(5):
+        await c.append("user", f"m{i}")
+    copy = tmp_path / "copy" / "session.db"
+    copy.parent.mkdir()
+    shutil.copy(live, copy)
+    shutil.copy(f"{live}-wal", f"{copy}-wal")  # the -shm is not copied
+    await h.close()
+    wal = Path(f"{copy}-wal")
+    before, wal_before = _sha(copy), _sha(wal)
+    assert wal.stat().st_size > 0
+    ro = await pico.Harness.open(f"sqlite:///{copy}", session=SESSION, read_only=True)
+    page = await (await ro.root()).entries(limit=100)
+    assert [e.content for e in page.items] == [f"m{i}" for i in range(5)]
+    await ro.close()
+    assert (_sha(copy), _sha(wal)) == (before, wal_before)
