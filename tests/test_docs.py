@@ -32,10 +32,12 @@ def test_docs_have_examples() -> None:
     assert len(CASES) >= 3
 
 
-def test_doc_blocks_pass_mypy_strict(tmp_path: Path) -> None:
+def test_doc_blocks_pass_mypy_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every example type-checks as a user's own module would: ``mypy --strict`` with the
     project's configuration, one invocation over all blocks (each its own module)."""
     from mypy import api
+
+    monkeypatch.chdir(ROOT)  # the config's mypy_path and cache are relative to the cwd
 
     files = []
     for path, index, code in BLOCKS:
