@@ -111,10 +111,18 @@ class Harness:
             session: the session name; many sessions can share one database.
             durability: ``"process"`` (default: survives a process crash) or ``"fsync"``
                 (flush every commit to disk: survives power loss).
-            read_only: open for audit and reads only; appends no claim.
+            read_only: open for audit and reads only; appends no claim, writes nothing
+                (SQLite ``mode=ro``, PostgreSQL read-only transactions) and needs no
+                definitions or provider.
             definitions: the task definitions (a ``TaskRegistry`` or an iterable of
-                definitions). Opening rejects live tasks whose kind or status no definition
-                knows, before anything runs.
+                definitions). Opening for writing rejects live tasks whose kind or status no
+                definition knows, before anything runs.
+
+        Raises ``ConfigurationError`` (a bad URL, session name or durability),
+        ``StorageUnavailableError`` (a database that cannot be reached or opened),
+        ``StorageCorruptError`` (damage found while reading the session; nothing written),
+        ``UnknownSessionError`` (read-only, no such session) and ``ClaimContendedError``
+        (storage without a write lock lost every claim attempt).
         """
         registry = (
             definitions
