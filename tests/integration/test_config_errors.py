@@ -51,8 +51,10 @@ async def _refused(url: Any, error: type[pico.PicoError], **kwargs: Any) -> pico
         None,
     ],
 )
-async def test_a_bad_storage_url_is_a_configuration_error(url: Any, tmp_path: Path) -> None:
-    os.chdir(tmp_path)
+async def test_a_bad_storage_url_is_a_configuration_error(
+    url: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative path would land here (restored after)
     await _refused(url, pico.ConfigurationError)
     assert list(tmp_path.iterdir()) == []
 
