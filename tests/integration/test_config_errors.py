@@ -135,16 +135,27 @@ async def test_a_read_only_open_of_a_missing_file_creates_nothing(tmp_path: Path
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-async def test_a_sqlite_path_without_permission_is_unavailable(tmp_path: Path) -> None:
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
+async def test_a_sqlite_path_in_a_directory_that_refuses_new_files_is_unavailable(
+    tmp_path: Path,
+) -> None:
+    # Root ignores a chmod 500 directory; /proc refuses new files even to root, so the
+    # refusal is exercised however the tests run (CI runs them as root).
+    if os.geteuid() == 0:
+        locked = Path("/proc")
+        before = sorted(p.name for p in locked.iterdir() if not p.name.isdigit())
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        before = []
     try:
-        await _refused(f"sqlite:///{locked / 'pico.db'}", pico.StorageUnavailableError)
-        assert list(locked.iterdir()) == []
+        exc = await _refused(f"sqlite:///{locked / 'pico.db'}", pico.StorageUnavailableError)
+        assert str(locked / "pico.db") in str(exc)
+        after = sorted(p.name for p in locked.iterdir() if not p.name.isdigit())
+        assert after == before
     finally:
-        locked.chmod(0o700)
+        if locked != Path("/proc"):
+            locked.chmod(0o700)
 
 
 @pytest.mark.parametrize("read_only", [False, True])
