@@ -35,7 +35,7 @@ from pico.domain.state import StateWrite
 from pico.projections.ops import project, project_working
 from pico.projections.queries import Queries, ReadStore, StateQueries, TaskQueries
 
-__all__ = ["SNAPSHOT_INTERVAL", "EventSourcedStorage"]
+__all__ = ["BATCH_END", "SNAPSHOT_INTERVAL", "EventSourcedStorage", "aggregate_name", "make_mapper"]
 
 log = logging.getLogger("pico.storage")
 
@@ -242,7 +242,7 @@ class EventSourcedStorage:
             out.append(
                 AuditRecord(
                     position=position,
-                    aggregate=_aggregate_name(event),
+                    aggregate=aggregate_name(event),
                     version=stored.originator_version,
                     event=type(event).__qualname__,
                     timestamp=getattr(event, "timestamp", None),
@@ -264,7 +264,7 @@ class EventSourcedStorage:
                 after = position
                 event = self._decode(position, stored)
                 batch.append(event)
-                if isinstance(event, _BATCH_END):
+                if isinstance(event, BATCH_END):
                     yield batch
                     batch = []
         if batch:
@@ -300,11 +300,12 @@ def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
     return bool(new_events) and version // interval != (version - new_events) // interval
 
 
-# A saved batch ends with its boundary: a command's Committed, or an opening's Claimed.
-_BATCH_END = (Session.Committed, Session.Claimed)
+#: A saved batch ends with its boundary: a command's Committed, or an opening's Claimed
+#: (the audit replay and ``pico check`` both cut the log there).
+BATCH_END = (Session.Committed, Session.Claimed)
 
 
-def _aggregate_name(event: Any) -> str:
+def aggregate_name(event: Any) -> str:
     """The auditor's name of the stream an event belongs to."""
     owner = type(event).__qualname__.split(".", 1)[0]
     if owner == "Conversation":

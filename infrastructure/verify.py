@@ -37,7 +37,7 @@ from pico.infrastructure.memory import MemoryDatabase, named_database
 from pico.infrastructure.settings import PicoSettings
 from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.store import SqlProjectionWriter
-from pico.infrastructure.storage import _BATCH_END, _aggregate_name, make_mapper
+from pico.infrastructure.storage import BATCH_END, aggregate_name, make_mapper
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import project
 
@@ -174,7 +174,7 @@ class _Replay:
         event: Any = None
         try:
             event = self.mapper.to_domain_event(stored)
-            self._names[oid] = _aggregate_name(event)
+            self._names[oid] = aggregate_name(event)
         except Exception as exc:
             self.decodable = False
             self.findings.add(
@@ -189,7 +189,7 @@ class _Replay:
         if self._batch_start is None:
             self._batch_start = position
         self._batch.append(event)
-        if isinstance(event, _BATCH_END):
+        if isinstance(event, BATCH_END):
             start, batch = self._batch_start, self._batch
             self._batch, self._batch_start = [], None
             if self.decodable:
