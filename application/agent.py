@@ -37,7 +37,7 @@ from pico.application.ports import ReadPort
 from pico.application.projection import Projection, ProjectionCache, project_context
 from pico.application.scheduler import Execution
 from pico.application.state import ConversationValue, SessionValue, working_list
-from pico.application.tasks import TaskDefinition
+from pico.application.tasks import TaskDefinition, TaskExecution
 from pico.application.tools import ToolArgumentsError, ToolContext, ToolOutcome, ToolRegistry
 from pico.domain.errors import CommandRejectedError
 from pico.domain.ids import check_choice
@@ -230,7 +230,7 @@ class GenerationDefinition(TaskDefinition):
     def __init__(self, services: AgentServices) -> None:
         self.services = services
 
-    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = _state(task)
         if task.status == "deferred":
             await self._poll(task, ctx, state)
@@ -282,7 +282,7 @@ class GenerationDefinition(TaskDefinition):
         await self._settle(task, ctx, state, outcome)
 
     async def _needs_collapse(
-        self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], request: Request
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue], request: Request
     ) -> bool:
         """Automatic collapse (§8.3): over the context budget, create the collapse and the
         dependency on it together, once; a captured collapse's outcome is interpreted once
@@ -311,7 +311,9 @@ class GenerationDefinition(TaskDefinition):
         await ctx.command(wait)
         return True
 
-    async def _poll(self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]) -> None:
+    async def _poll(
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
+    ) -> None:
         handle = state.get("handle")
         assert isinstance(handle, str)
         await ctx.command(lambda tx: tx.patch_task(task.id, status="polling", required_permit=None))
@@ -325,7 +327,7 @@ class GenerationDefinition(TaskDefinition):
     async def _settle(
         self,
         task: TaskSnapshot,
-        ctx: Execution,
+        ctx: TaskExecution,
         state: dict[str, JsonValue],
         outcome: Response | Deferred,
     ) -> None:
@@ -432,7 +434,11 @@ class GenerationDefinition(TaskDefinition):
         await ctx.command(settle, defer=True)
 
     async def _failed_attempt(
-        self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue], error: ProviderError
+        self,
+        task: TaskSnapshot,
+        ctx: TaskExecution,
+        state: dict[str, JsonValue],
+        error: ProviderError,
     ) -> None:
         attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
         # Known usage commits even for failed, deferred or discarded attempts (§8.3).
@@ -482,7 +488,7 @@ class GenerationDefinition(TaskDefinition):
 
         await ctx.command(fail)
 
-    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = _state(task)
         if task.status == "polling":  # the handle survives: poll again
             await ctx.command(
@@ -499,7 +505,7 @@ class GenerationDefinition(TaskDefinition):
             ProviderError("the stream was interrupted", kind="retryable", retry_after=0.0),
         )
 
-    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         inputs = _ints(_state(task).get("inputs"))
 
         def cancel(tx: Command) -> None:
@@ -516,7 +522,7 @@ FRAME_CHARS = 512
 
 
 async def _stream(
-    provider: ModelProvider, request: Request, ctx: Execution, frames: Any
+    provider: ModelProvider, request: Request, ctx: TaskExecution, frames: Any
 ) -> Response | Deferred | None:
     """Consume one provider stream, writing frames to the working scope, racing the
     execution's stop signal: an abort stops streaming at once (None). Frames are buffered:
@@ -711,7 +717,7 @@ class ToolTaskDefinition(TaskDefinition):
     def __init__(self, services: AgentServices) -> None:
         self.services = services
 
-    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = _state(task)
         name = str(state.get("name"))
         if state.get("truncated"):
@@ -776,7 +782,7 @@ class ToolTaskDefinition(TaskDefinition):
     async def _result(
         self,
         task: TaskSnapshot,
-        ctx: Execution,
+        ctx: TaskExecution,
         state: dict[str, JsonValue],
         text: str,
         *,
@@ -805,7 +811,7 @@ class ToolTaskDefinition(TaskDefinition):
 
         await ctx.command(settle, defer=True)
 
-    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = _state(task)
         if task.status in ("held", "approval"):
             return  # waiting for an outside answer or decision; nothing to arm
@@ -823,7 +829,9 @@ class ToolTaskDefinition(TaskDefinition):
             is_error=True,
         )
 
-    async def _rerun(self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]) -> None:
+    async def _rerun(
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
+    ) -> None:
         tool = self.services.tools.get(str(state.get("name")))
         if tool is None:
             await self._result(task, ctx, state, "the tool is no longer registered", is_error=True)
@@ -842,7 +850,7 @@ class ToolTaskDefinition(TaskDefinition):
             images=outcome.images,
         )
 
-    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         await self._result(task, ctx, _state(task), "aborted", is_error=True, status="aborted")
 
 
@@ -855,7 +863,7 @@ class PostToolsDefinition(TaskDefinition):
     def __init__(self, services: AgentServices) -> None:
         self.services = services
 
-    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = _state(task)
         inputs = _ints(state.get("inputs"))
 
@@ -899,10 +907,10 @@ class PostToolsDefinition(TaskDefinition):
 
         await ctx.command(join, defer=True)
 
-    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         await self.execute(task, ctx)
 
-    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         inputs = _ints(_state(task).get("inputs"))
 
         def cancel(tx: Command) -> None:
@@ -947,7 +955,7 @@ class CollapseDefinition(TaskDefinition):
     def __init__(self, services: AgentServices) -> None:
         self.services = services
 
-    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = _state(task)
         cid = task.conversation_id
         decision = await self.services.hooks.decide_collapse(cid)  # outside the line
@@ -998,7 +1006,7 @@ class CollapseDefinition(TaskDefinition):
         await self._publish(task, ctx, parked)
 
     async def _publish(
-        self, task: TaskSnapshot, ctx: Execution, state: dict[str, JsonValue]
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
     ) -> None:
         cid = task.conversation_id
 
@@ -1036,7 +1044,10 @@ class CollapseDefinition(TaskDefinition):
         if outcome == "parked":
             self._observe(task, ctx)
 
-    def _observe(self, task: TaskSnapshot, ctx: Execution) -> None:
+    def _observe(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        # The observer listens to the scheduler's own task-change notifications, which
+        # only pico's Execution reaches (this library definition runs under it, always).
+        assert isinstance(ctx, Execution)
         scheduler = ctx._scheduler
 
         def subscribe(notify: Any) -> Any:
@@ -1044,14 +1055,14 @@ class CollapseDefinition(TaskDefinition):
             scheduler.listeners.add(listener)
             return lambda: scheduler.listeners.discard(listener)
 
-        async def reconcile(event: Any, rctx: Execution) -> None:
+        async def reconcile(event: Any, rctx: TaskExecution) -> None:
             current = rctx.current()
             if current.status == "parked":
                 await self._publish(current, rctx, _state(current))
 
         ctx.observe(subscribe, reconcile)
 
-    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         if task.status == "parked":  # a durable complete candidate: re-arm the predicate
             self._observe(task, ctx)
             return
@@ -1062,7 +1073,7 @@ class CollapseDefinition(TaskDefinition):
             )
         )
 
-    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         def cancel(tx: Command) -> None:
             tx.patch_task(task.id, status="aborted")
             tx.retire_working_scope(ctx.working_scope)

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pico.application.clock import Clock
 from pico.application.command import Command
+from pico.application.ports import ReadPort
 from pico.application.state import WorkingScope
+from pico.application.tasks import Reconcile
 from pico.domain.errors import PicoError
 from pico.domain.values import TaskSnapshot
 
@@ -43,9 +45,6 @@ class _Claim:
     mode: Mode
     signal: asyncio.Event = field(default_factory=asyncio.Event)
     job: asyncio.Task[None] | None = None
-
-
-Reconcile = Callable[[Any, "Execution"], Awaitable[None]]
 
 
 @dataclass
@@ -86,8 +85,8 @@ class Execution:
         return self._scheduler.line.definitions
 
     @property
-    def reads(self) -> Any:
-        """Committed conversation and entry reads (the ReadPort)."""
+    def reads(self) -> ReadPort:
+        """Committed conversation and entry reads."""
         return self._scheduler.line.storage.reads
 
     def task(self, task_id: int) -> TaskSnapshot | None:

@@ -8,24 +8,81 @@ definition or an unknown status, before any execution starts.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pico.domain.errors import TaskDefinitionError
 from pico.domain.json import JsonValue
 from pico.domain.task import ROLES, Role
 from pico.domain.values import TaskSnapshot
 
-__all__ = ["TaskDefinition", "TaskExecution", "TaskRegistry"]
+if TYPE_CHECKING:
+    from pico.application.command import Command
+    from pico.application.ports import ReadPort
+    from pico.application.state import WorkingScope
+
+__all__ = ["Reconcile", "TaskDefinition", "TaskExecution", "TaskRegistry"]
+
+T = TypeVar("T")
 
 
 class TaskExecution(Protocol):
     """What an executing definition receives (§9.3): the execution's cancellation signal,
-    its working scope and serialized command access. Supplied by the scheduler."""
+    its working scope, committed reads and serialized command access. Supplied by the
+    scheduler (``pico.Execution``); declared here so a definition's ``execute``,
+    ``recover`` and ``abort`` can use all of it without narrowing their signature."""
 
     @property
     def task_id(self) -> int: ...
+
+    @property
+    def signal(self) -> asyncio.Event:
+        """Set when this execution should stop (abort, close, shutdown)."""
+        ...
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    @property
+    def working_scope(self) -> WorkingScope: ...
+
+    @property
+    def reads(self) -> ReadPort:
+        """Committed conversation and entry reads."""
+        ...
+
+    def task(self, task_id: int) -> TaskSnapshot | None:
+        """Any committed task record (e.g. a dependency's outcome)."""
+        ...
+
+    def current(self) -> TaskSnapshot:
+        """This task's committed record, re-read."""
+        ...
+
+    async def command(
+        self, build: Callable[[Command], T | Awaitable[T]], *, defer: bool = False
+    ) -> T:
+        """Run a command as this execution; ``StaleExecutionError`` once it has ended."""
+        ...
+
+    async def working(self, build: Callable[[Any], T | Awaitable[T]]) -> T:
+        """A working-scope command in this execution's own scope."""
+        ...
+
+    def observe(
+        self,
+        subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
+        reconcile: Reconcile,
+    ) -> None:
+        """Install a live-phase observer for this waiting task (see ``pico.Execution``)."""
+        ...
+
+
+#: A waiting task's reconciliation: called with each observed event (None first) and a
+#: fresh execution context under the task's claim.
+Reconcile = Callable[[Any, TaskExecution], Awaitable[None]]
 
 
 class TaskDefinition(ABC):

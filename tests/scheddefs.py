@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from pico import JsonValue, TaskDefinition, TaskSnapshot
-from pico.application.scheduler import Execution
+from pico.application.tasks import TaskExecution
 from pico.domain.task import Role
 
-Handler = Callable[[TaskSnapshot, Execution], Awaitable[None]]
+Handler = Callable[[TaskSnapshot, TaskExecution], Awaitable[None]]
 
 
-async def settle(ctx: Execution, status: str) -> None:
+async def settle(ctx: TaskExecution, status: str) -> None:
     await ctx.command(lambda tx: tx.patch_task(ctx.task_id, status=status))
 
 
@@ -42,14 +42,14 @@ class Scripted(TaskDefinition):
     def validate_state(self, value: JsonValue) -> JsonValue:
         return value
 
-    async def execute(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         self.calls.append(("execute", task.id))
         await self.on_execute(task, ctx)
 
-    async def recover(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         self.calls.append(("recover", task.id))
         await self.on_recover(task, ctx)
 
-    async def abort(self, task: TaskSnapshot, ctx: Execution) -> None:  # type: ignore[override]
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         self.calls.append(("abort", task.id))
         await self.on_abort(task, ctx)

@@ -15,7 +15,7 @@ import pytest
 from pytest_bdd import given, parsers, then, when
 
 import pico
-from pico.application.scheduler import Execution
+from pico.application.tasks import TaskExecution
 from tests.backends import Backend
 from tests.scheddefs import Scripted, settle
 
@@ -430,7 +430,7 @@ def _scripted() -> Scripted:
     return work
 
 
-async def _execute(task: pico.TaskSnapshot, ctx: Execution) -> None:
+async def _execute(task: pico.TaskSnapshot, ctx: TaskExecution) -> None:
     state = task.state if isinstance(task.state, dict) else {}
     role = state.get("role")
     if role == "delegator" and not state.get("owner"):
@@ -483,7 +483,7 @@ async def _execute(task: pico.TaskSnapshot, ctx: Execution) -> None:
         await settle(ctx, "done")
 
 
-async def _recover(task: pico.TaskSnapshot, ctx: Execution) -> None:
+async def _recover(task: pico.TaskSnapshot, ctx: TaskExecution) -> None:
     if task.role == "waiting":
         return  # waiting for its child or an outside event
     await settle(ctx, "done")

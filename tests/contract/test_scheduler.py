@@ -10,7 +10,7 @@ import pytest
 
 import pico
 from pico import Command
-from pico.application.scheduler import Execution
+from pico.application.tasks import TaskExecution
 from tests.backends import Backend
 from tests.scheddefs import Scripted, settle
 
@@ -133,7 +133,7 @@ async def test_inflight_work_is_recovered_after_reopen(backend: Backend) -> None
     tid = await h.command(_create(c.id, foreground=True))
     intent = asyncio.Event()
 
-    async def intent_then_interrupted(task: Any, ctx: Execution) -> None:
+    async def intent_then_interrupted(task: Any, ctx: TaskExecution) -> None:
         await ctx.command(lambda tx: tx.patch_task(task.id, status="started"))
         intent.set()
         await ctx.signal.wait()  # interrupted before the outcome
@@ -175,7 +175,7 @@ async def test_overlapping_drives_share_one_execution_per_task(backend: Backend)
     work = Scripted()
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def slow(task: Any, ctx: Execution) -> None:
+    async def slow(task: Any, ctx: TaskExecution) -> None:
         entered.set()
         await release.wait()
         await settle(ctx, "done")
@@ -198,7 +198,7 @@ async def test_cancelling_one_callers_wait_affects_no_other(backend: Backend) ->
     work = Scripted()
     release = asyncio.Event()
 
-    async def slow(task: Any, ctx: Execution) -> None:
+    async def slow(task: Any, ctx: TaskExecution) -> None:
         await release.wait()
         await settle(ctx, "done")
 
@@ -225,7 +225,7 @@ async def test_abort_while_the_effect_runs_joins_then_aborts_under_one_claim(
     work = Scripted()
     entered = asyncio.Event()
 
-    async def cooperative(task: Any, ctx: Execution) -> None:
+    async def cooperative(task: Any, ctx: TaskExecution) -> None:
         entered.set()
         await ctx.signal.wait()  # stops when signalled, writes no outcome itself
 
@@ -261,7 +261,7 @@ async def test_an_unmarked_successor_cannot_escape_a_marked_task(backend: Backen
     work = Scripted()
     entered = asyncio.Event()
 
-    async def chain(task: Any, ctx: Execution) -> None:
+    async def chain(task: Any, ctx: TaskExecution) -> None:
         entered.set()
         await ctx.signal.wait()
         if ctx.current().abort_requested:  # successor commands re-check cancellation
@@ -283,7 +283,7 @@ async def test_an_unmarked_successor_cannot_escape_a_marked_task(backend: Backen
 async def test_an_unexpected_effect_exception_faults_the_handle(backend: Backend) -> None:
     work = Scripted()
 
-    async def broken(task: Any, ctx: Execution) -> None:
+    async def broken(task: Any, ctx: TaskExecution) -> None:
         raise RuntimeError("bug in the effect")
 
     work.on_execute = broken
@@ -303,9 +303,9 @@ async def test_a_late_callback_cannot_write_through_an_ended_execution(
     backend: Backend,
 ) -> None:
     work = Scripted()
-    kept: list[Execution] = []
+    kept: list[TaskExecution] = []
 
-    async def leak(task: Any, ctx: Execution) -> None:
+    async def leak(task: Any, ctx: TaskExecution) -> None:
         kept.append(ctx)
         await settle(ctx, "done")
 
@@ -325,7 +325,7 @@ async def test_close_interrupts_cooperatively_and_writes_no_outcome(backend: Bac
     work = Scripted()
     entered = asyncio.Event()
 
-    async def cooperative(task: Any, ctx: Execution) -> None:
+    async def cooperative(task: Any, ctx: TaskExecution) -> None:
         entered.set()
         await ctx.signal.wait()
 
@@ -443,7 +443,7 @@ async def test_a_conversation_drive_does_not_wait_for_detached_background_work(
     work = Scripted()
     release = asyncio.Event()
 
-    async def slow(task: Any, ctx: Execution) -> None:
+    async def slow(task: Any, ctx: TaskExecution) -> None:
         await release.wait()
         await settle(ctx, "done")
 
@@ -476,12 +476,12 @@ class Outside:
 
 
 def _observing(outside: Outside, seen: list[Any]) -> Any:
-    async def reconcile(event: Any, ctx: Execution) -> None:
+    async def reconcile(event: Any, ctx: TaskExecution) -> None:
         seen.append(event)
         if outside.satisfied or event == "done":
             await settle(ctx, "done")
 
-    async def arm(task: Any, ctx: Execution) -> None:
+    async def arm(task: Any, ctx: TaskExecution) -> None:
         ctx.observe(outside.subscribe, reconcile)
 
     return arm
@@ -556,7 +556,7 @@ async def test_a_marked_owner_settles_only_after_its_child_work(
     child_entered, child_release = asyncio.Event(), asyncio.Event()
     order: list[str] = []
 
-    async def child_effect(task: Any, ctx: Execution) -> None:
+    async def child_effect(task: Any, ctx: TaskExecution) -> None:
         child_entered.set()
         await child_release.wait()
         if ctx.current().abort_requested:
@@ -564,7 +564,7 @@ async def test_a_marked_owner_settles_only_after_its_child_work(
             return  # the scheduler runs its abort under the same claim
         await settle(ctx, "done")
 
-    async def abort(task: Any, ctx: Execution) -> None:
+    async def abort(task: Any, ctx: TaskExecution) -> None:
         order.append(f"abort {task.id}")
         await settle(ctx, "aborted")
 
@@ -639,7 +639,7 @@ async def test_an_effect_that_settles_as_abort_starts_keeps_its_outcome(
     work = Scripted()
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def settles_anyway(task: Any, ctx: Execution) -> None:
+    async def settles_anyway(task: Any, ctx: TaskExecution) -> None:
         entered.set()
         await release.wait()
         await settle(ctx, "done")  # does not look at the signal
