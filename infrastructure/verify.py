@@ -14,12 +14,10 @@ history (they are not events) and are left out of the comparison.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -34,9 +32,9 @@ from pico.domain.errors import (
     UnknownSessionError,
 )
 from pico.infrastructure.memory import MemoryDatabase, named_database
-from pico.infrastructure.settings import PicoSettings
+from pico.infrastructure.settings import PicoSettings, mask_url
 from pico.infrastructure.sql import schema as t
-from pico.infrastructure.sql.store import SqlProjectionWriter
+from pico.infrastructure.sql.store import SqlProjectionWriter, read_only_connector
 from pico.infrastructure.storage import BATCH_END, aggregate_name, make_mapper
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import project
@@ -273,19 +271,14 @@ def _check(url: str, session: str) -> CheckReport:
             )
         engine = _sqlite_read_only(path)
         where = str(path)
-    elif url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    else:  # PostgreSQL: check() let only the URL forms Harness.open takes through
         engine = sa.create_engine(
             "postgresql+psycopg://" + url.split("://", 1)[1], poolclass=sa.pool.NullPool
         )
-        where = sa.engine.make_url(url).render_as_string(hide_password=True)
+        where = mask_url(url)
         skipped = (
             "the page-level integrity check (PostgreSQL has none without the amcheck "
             "extension; every row of the session is still read and compared)",
-        )
-    else:
-        raise ConfigurationError(
-            f"cannot check {url!r}: use sqlite:///path.db, memory://name or "
-            "postgresql://user@host/database"
         )
     try:
         count = _check_sql(engine, session, where, findings)
@@ -297,11 +290,8 @@ def _check(url: str, session: str) -> CheckReport:
 def _sqlite_read_only(path: Path) -> Engine:
     """A read-only SQLite engine: ``mode=ro`` at the driver, one read transaction per
     connection, nothing that writes (no journal-mode or schema change)."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     engine = sa.create_engine(
-        "sqlite://",
-        creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
-        poolclass=sa.pool.StaticPool,
+        "sqlite://", creator=read_only_connector(path), poolclass=sa.pool.StaticPool
     )
 
     @sa_event.listens_for(engine, "connect")

@@ -65,7 +65,7 @@ from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
 log = logging.getLogger("pico.storage")
 
-__all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder", "translate_error"]
+__all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder", "read_only_connector", "translate_error"]
 
 
 class SqlDatabase:
@@ -111,7 +111,7 @@ class SqlDatabase:
         sync = "FULL" if durability == "fsync" else "NORMAL"
         if self.read_only:
             self.has_schema = state != "new"
-            creator = _read_only_creator(self.path)
+            creator = read_only_connector(self.path)
             self.writer = sa.create_engine("sqlite://", creator=creator, poolclass=sa.pool.NullPool)
             self.reader = sa.create_engine(
                 "sqlite://", creator=creator, poolclass=sa.pool.SingletonThreadPool
@@ -279,7 +279,9 @@ def _mask_text(text: str) -> str:
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", text, flags=re.IGNORECASE)
 
 
-def _read_only_creator(path: Path) -> Callable[[], Any]:
+def read_only_connector(path: Path) -> Callable[[], Any]:
+    """A DBAPI connect function for ``path`` opened read-only at the driver (``mode=ro``):
+    nothing through it can write, create the file or change its journal mode."""
     uri = f"file:{quote(str(path.absolute()))}?mode=ro"
 
     def connect() -> Any:
@@ -336,7 +338,7 @@ def _sqlite_state(path: Path, *, read_only: bool) -> str:
             "a backup (pico check URL --session S reports what is damaged)"
         )
     try:
-        conn = _read_only_creator(path)()
+        conn = read_only_connector(path)()
     except sqlite3.Error as exc:
         translated = translate_error(exc, location, "opening it", sqlite=True)
         if translated is exc:
