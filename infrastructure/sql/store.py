@@ -179,6 +179,18 @@ class SqlDatabase:
         itself when it is not a storage failure (the caller re-raises it unchanged)."""
         return translate_error(exc, self.location, doing, sqlite=self.dialect == "sqlite")
 
+    @contextmanager
+    def translating(self, doing: str) -> Iterator[None]:
+        """Raise a driver error met in the block as its ``PicoError`` (``translate``);
+        anything else passes through unchanged."""
+        try:
+            yield
+        except Exception as exc:
+            translated = self.translate(exc, doing)
+            if translated is exc:
+                raise
+            raise translated from exc
+
     def raw_writer(self) -> RawWriter:
         return RawWriter(self)
 
@@ -394,13 +406,8 @@ class RawWriter:
     def connection(self) -> Any:
         """The held DBAPI connection (opened on first use, on the calling thread)."""
         if self._fairy is None:
-            try:
+            with self.db.translating("connecting to write"):
                 self._fairy = self.db.writer.raw_connection()
-            except Exception as exc:
-                translated = self.db.translate(exc, "connecting to write")
-                if translated is exc:
-                    raise
-                raise translated from exc
             self.thread = threading.get_ident()
         return self._fairy.driver_connection
 
@@ -626,16 +633,11 @@ class SqlRecorder(AggregateRecorder):
             q = q.limit(limit)
         if self._writer.pending:  # the loader must see every command this session ran
             self._writer.flush()
-        try:
-            with self.db.loader.connect() as conn:
-                return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
-        except Exception as exc:
-            translated = self.db.translate(
-                exc, f"reading the events of stream {_hex(originator_id)}"
-            )
-            if translated is exc:
-                raise
-            raise translated from exc
+        with (
+            self.db.translating(f"reading the events of stream {_hex(originator_id)}"),
+            self.db.loader.connect() as conn,
+        ):
+            return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
 
     def select_session_events(
         self, session_id: str, *, after: int, limit: int
@@ -649,19 +651,11 @@ class SqlRecorder(AggregateRecorder):
         )
         if self._writer.pending:
             self._writer.flush()
-        try:
-            with self.db.loader.connect() as conn:
-                return [
-                    (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4])))
-                    for r in conn.execute(q)
-                ]
-        except Exception as exc:
-            translated = self.db.translate(
-                exc, f"reading the events of session {session_id!r} after position {after}"
-            )
-            if translated is exc:
-                raise
-            raise translated from exc
+        doing = f"reading the events of session {session_id!r} after position {after}"
+        with self.db.translating(doing), self.db.loader.connect() as conn:
+            return [
+                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
+            ]
 
     def flush(self) -> None:
         self._writer.flush()
@@ -1030,13 +1024,8 @@ class SqlReadStore:
         if conn is None:
             fairy: Any = getattr(self._local, "fairy", None)
             if fairy is None:
-                try:
+                with self.db.translating("connecting to read"):
                     fairy = self.db.reader.raw_connection()
-                except Exception as exc:
-                    translated = self.db.translate(exc, "connecting to read")
-                    if translated is exc:
-                        raise
-                    raise translated from exc
                 self._local.fairy = fairy
                 with self._lock:
                     self._fairies.append(fairy)
