@@ -153,7 +153,8 @@ class Command:
         return conv
 
     def _refs(self, ids: Sequence[int]) -> dict[int, EntryRef]:
-        ids = check_ids(ids, "entry ids")
+        """EntryRefs of ``ids``, which every caller has already checked (its public
+        argument, or ids read from the store): one check per argument."""
         refs = {i: self._entries[i] for i in ids if i in self._entries}
         missing = [i for i in ids if i not in refs]
         if missing:
