@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from eventsourcing.persistence import AggregateRecorder, StoredEvent
+from eventsourcing.persistence import AggregateRecorder, IntegrityError, StoredEvent
 from eventsourcing.tests.persistence import AggregateRecorderTestCase
 
 from pico.infrastructure.memory import MemoryDatabase, MemoryRecorder
@@ -134,7 +134,7 @@ def test_memory_recorder_accepts_any_first_version_and_refuses_a_repeat(version:
     recorder = MemoryRecorder(MemoryDatabase())
     oid = uuid.uuid4()
     recorder.insert_events([StoredEvent(oid, version, "t", b"a")])
-    with pytest.raises(Exception) as info:
+    with pytest.raises(IntegrityError) as info:  # the library's, which repositories expect
         recorder.insert_events([StoredEvent(oid, version, "t", b"b")])
     assert type(info.value).__name__ == "IntegrityError"
     assert [e.state for e in recorder.select_events(oid)] == [b"a"]
