@@ -354,6 +354,7 @@ class Harness:
         return ConversationHandle(self, meta.root_id)
 
     async def conversation(self, conversation_id: int) -> ConversationHandle | None:
+        check_id(conversation_id, "conversation_id")
         found = self.reads.get_conversations([conversation_id])
         return ConversationHandle(self, conversation_id) if conversation_id in found else None
 
@@ -383,6 +384,7 @@ class Harness:
 
     # ------------------------------------------------------------------ entries
     async def entry(self, entry_id: int) -> Entry | None:
+        check_id(entry_id, "entry_id")
         return self.reads.get_entries([entry_id]).get(entry_id)
 
     async def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]:
@@ -416,6 +418,7 @@ class Harness:
     # ------------------------------------------------------------------ tasks
     async def task(self, task_id: int) -> TaskSnapshot | None:
         self._line.check_usable()
+        check_id(task_id, "task_id")
         return self._line.storage.tasks.get_tasks([task_id]).get(task_id)
 
     async def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]:

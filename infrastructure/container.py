@@ -31,13 +31,13 @@ def _sql_url(url: str) -> str:
     return url
 
 
-def _open_sql(url: str, durability: str, read_only: bool) -> tuple[SqlDatabase, Any]:
+def _open_sql(url: str, durability: str, read_only: bool, *, shown: str) -> tuple[SqlDatabase, Any]:
     """One engine pair per URL per process and mode, shared by its sessions, closed with
     the last. A read-only database is opened apart (read-only connections, no DDL)."""
     key = (url, durability, read_only)
     db, count = _databases.get(key, (None, 0))
     if db is None:
-        db = SqlDatabase(url, durability=durability, read_only=read_only, location=mask_url(url))
+        db = SqlDatabase(url, durability=durability, read_only=read_only, location=shown)
     _databases[key] = (db, count + 1)
 
     def release() -> None:
@@ -67,7 +67,9 @@ def build_storage(settings: PicoSettings) -> Storage:
         path = Path(url[len("sqlite:///") :])
         if not path.exists():
             raise UnknownSessionError(f"{sid} (no database file at {path})")
-    db, release = _open_sql(_sql_url(url), settings.durability, settings.read_only)
+    db, release = _open_sql(
+        _sql_url(url), settings.durability, settings.read_only, shown=mask_url(url)
+    )
     if not db.has_schema:  # read-only, and the database holds no pico tables
         release()
         raise UnknownSessionError(f"{sid} (no pico tables in {db.location})")

@@ -354,6 +354,23 @@ def test_an_id_that_is_not_an_id_gets_invalid_argument_everywhere(world: World) 
     check()
 
 
+def test_a_single_id_lookup_names_its_own_argument(world: World) -> None:
+    h = world.h
+    lookups: list[tuple[Callable[[Any], Awaitable[Any]], str]] = [
+        (h.entry, "entry_id"),
+        (h.task, "task_id"),
+        (h.conversation, "conversation_id"),
+    ]
+    for lookup, name in lookups:
+
+        def attempt(f: Callable[[Any], Awaitable[Any]] = lookup) -> Awaitable[Any]:
+            return f(True)
+
+        error = world.refuses(pico.InvalidArgumentError, attempt)
+        # Check: the message names the caller's argument, not an internal list of ids.
+        assert str(error).startswith(f"{name} must be"), str(error)
+
+
 def test_a_position_that_is_not_a_position_gets_invalid_argument_everywhere(
     world: World,
 ) -> None:

@@ -190,6 +190,8 @@ async def test_an_unreachable_postgresql_server_is_unavailable_with_the_password
     url = f"postgresql://user:{SECRET}@127.0.0.1:1/db"
     exc = await _refused(url, pico.StorageUnavailableError, read_only=read_only)
     assert "user:***@127.0.0.1:1/db" in str(exc)
+    # Check: the message shows the URL as the user wrote it, not the driver's dialect URL.
+    assert "postgresql://user:***@" in str(exc) and "+psycopg" not in str(exc)
     assert "server is running" in str(exc)
 
 

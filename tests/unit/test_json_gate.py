@@ -35,9 +35,9 @@ def _nested(depth: int, leaf: Any = 1) -> Any:
         (float("nan"), r"^payload: nan is not a JSON number"),
         (float("inf"), r"^payload: inf is not a JSON number"),
         (float("-inf"), r"^payload: -inf is not a JSON number"),
-        ({1: "a"}, r"^payload: object key 1 is a int, not a string"),
-        ({None: "a"}, r"^payload: object key None is a NoneType"),
-        ({(1,): "a"}, r"^payload: object key \(1,\) is a tuple"),
+        ({1: "a"}, r"^payload: object key 1 is of type int, not a string"),
+        ({None: "a"}, r"^payload: object key None is of type NoneType"),
+        ({(1,): "a"}, r"^payload: object key \(1,\) is of type tuple"),
         (object(), r"^payload: object is not JSON"),
     ],
 )
