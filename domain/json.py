@@ -99,7 +99,8 @@ def _check(value: Any, path: str, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidJsonError(
-                    f"{_short(path)}: object key {key!r} is of type {type(key).__name__}, not a string; "
+                    f"{_short(path)}: object key {key!r} is of type {type(key).__name__}, "
+                    "not a string; "
                     "JSON object keys are strings (convert it yourself, e.g. str(key))"
                 )
             if not (key.isascii() or _utf8(key)):

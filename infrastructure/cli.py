@@ -290,8 +290,8 @@ async def audit(
                 remaining = sum(1 for _ in audit_records(h, after=last, page=page))
                 noun = "event remains" if remaining == 1 else "events remain"
                 print(
-                    f"pico: printed {printed} events (--limit {limit}); {remaining} more {noun}: "
-                    f"continue with --after {last}",
+                    f"pico: printed {printed} event{'' if printed == 1 else 's'} "
+                    f"(--limit {limit}); {remaining} more {noun}: continue with --after {last}",
                     file=err,
                 )
                 break
@@ -413,8 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, text in reads:
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        p.add_argument("--url", required=True, help="the storage URL, e.g. sqlite:///pico-demo.db")
-        p.add_argument("--session", default="main", help="the session name (default: main)")
+        _add_location(p)
         if name == "audit":
             p.add_argument(
                 "--after",
@@ -436,9 +435,30 @@ def build_parser() -> argparse.ArgumentParser:
         "the read model equals a replay of the events. Exit code 0: clean; 1: findings, one "
         "per line; 2: the check could not run.",
     )
-    p_check.add_argument("url", help="the storage URL, e.g. sqlite:///pico-demo.db")
-    p_check.add_argument("--session", default="main", help="the session name (default: main)")
+    _add_location(p_check)
     return parser
+
+
+def _add_location(p: argparse.ArgumentParser) -> None:
+    """Where the session is, the same for every reading command: the URL as the first
+    argument (``pico audit sqlite:///x.db``) or as ``--url``."""
+    p.add_argument(
+        "url", nargs="?", default=None, help="the storage URL, e.g. sqlite:///pico-demo.db"
+    )
+    p.add_argument(
+        "--url", dest="url_option", metavar="URL", default=None, help="the same, as an option"
+    )
+    p.add_argument("--session", default="main", help="the session name (default: main)")
+    p.set_defaults(location_parser=p)
+
+
+def _location(args: argparse.Namespace) -> None:
+    p: argparse.ArgumentParser = args.location_parser
+    if args.url is not None and args.url_option is not None:
+        p.error("give the storage URL once: as the first argument or as --url, not both")
+    args.url = args.url if args.url is not None else args.url_option
+    if args.url is None:
+        p.error("the storage URL is required, e.g. sqlite:///pico-demo.db")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -456,6 +476,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "demo":
+        _location(args)
     try:
         return _run(args)
     except BrokenPipeError:

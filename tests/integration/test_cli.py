@@ -189,6 +189,17 @@ def test_a_closed_pipe_ends_the_audit_quietly(big_session: tuple[str, int], tmp_
     assert err.read_text() == ""
 
 
+def test_every_reading_command_takes_the_url_as_argument_or_option(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    assert _run("demo", "--db", str(db)).returncode == 0
+    url = f"sqlite:///{db}"
+    for command in ("show", "audit", "check"):
+        positional, option = _run(command, url), _run(command, "--url", url)
+        # Check: both spellings read the same session the same way.
+        assert positional.returncode == option.returncode == 0, positional.stderr
+        assert positional.stdout == option.stdout and positional.stdout
+
+
 # --------------------------------------------------------------- errors, help, version
 
 
@@ -202,8 +213,20 @@ def test_a_closed_pipe_ends_the_audit_quietly(big_session: tuple[str, int], tmp_
         ["audit", "--url", "memory://", "--after", "soon"],
         ["check", "sqlite:///definitely/not/here.db"],
         ["frobnicate"],
+        ["audit"],
+        ["show", "sqlite:///a.db", "--url", "sqlite:///b.db"],
     ],
-    ids=["scheme", "no-path", "unreachable", "limit", "after", "missing", "command"],
+    ids=[
+        "scheme",
+        "no-path",
+        "unreachable",
+        "limit",
+        "after",
+        "missing",
+        "command",
+        "no-url",
+        "two-urls",
+    ],
 )
 def test_every_cli_error_is_one_line_on_stderr(args: list[str]) -> None:
     done = _run(*args)
