@@ -22,8 +22,9 @@ from typing import Any, NoReturn, TextIO
 
 from pico._version import package_version
 from pico.application.clock import FakeClock
+from pico.application.conversation import ConversationHandle
 from pico.application.faux import FauxProvider, FauxResponse
-from pico.application.harness import ConversationHandle, Harness
+from pico.application.harness import Harness
 from pico.application.ports import AuditRecord
 from pico.application.tools import Tool, ToolContext
 from pico.domain.errors import InvalidArgumentError, PicoError

@@ -7,11 +7,12 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 from __future__ import annotations
 
 from pico._version import package_version
-from pico.application.agent import AgentServices, InputResult, ToolCallAnsweredError
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
+from pico.application.conversation import ConversationHandle
 from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
-from pico.application.harness import ConversationHandle, Harness
+from pico.application.flows import AgentServices, InputResult, ToolCallAnsweredError
+from pico.application.harness import Harness
 from pico.application.hooks import (
     CollapseDecision,
     Hooks,

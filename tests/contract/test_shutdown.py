@@ -17,7 +17,7 @@ import pytest
 
 import pico
 from pico import Command, FauxProvider, FauxResponse, ToolContext
-from pico.application.agent import queue_address
+from pico.application.flows.inputs import queue_address
 from pico.domain.json import JsonObject
 from tests.backends import Backend
 from tests.contract.test_agent import SCHEMA, _bounded

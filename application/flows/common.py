@@ -1,0 +1,70 @@
+"""What the built-in flows of seed §8 share: the services they run with, and small readers
+of the JSON a task stores (never trusting its shape). Every flow module imports this one;
+it imports no flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pico.application.clock import Clock, SystemClock
+from pico.application.hooks import Hooks
+from pico.application.model import ModelProvider
+from pico.application.projection import Projection, ProjectionCache
+from pico.application.tools import ToolRegistry
+from pico.domain.json import JsonValue
+from pico.domain.values import TaskSnapshot
+
+__all__ = ["AgentServices", "append_frame", "ints", "json_list", "names", "task_state"]
+
+
+@dataclass
+class AgentServices:
+    """What every built-in flow runs with: the model provider, the tools, the hooks, the
+    projection and the retry and context budgets a harness was opened with."""
+
+    provider: ModelProvider
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+    model: str = "default"
+    system: str = ""
+    max_attempts: int = 3
+    retry_delay: float = 2.0
+    clock: Clock = field(default_factory=SystemClock)
+    projection: Projection = field(default_factory=Projection)
+    projection_cache: ProjectionCache = field(default_factory=ProjectionCache)
+    queue_selection: str = "all"  # or "one": the oldest queued input of each mode
+    hooks: Hooks = field(default_factory=Hooks)
+    active_tools: list[str] | None = None  # offered at first; None offers every tool
+    context_budget: int | None = None  # estimated tokens; over it, collapse before a request
+
+
+def ints(value: JsonValue) -> list[int]:
+    """The ints of a stored JSON list; anything else reads as none."""
+    return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+
+def task_state(task: TaskSnapshot) -> dict[str, JsonValue]:
+    """A copy of a task's stored state object; anything else reads as empty."""
+    return dict(task.state) if isinstance(task.state, dict) else {}
+
+
+def json_list(values: Sequence[int] | Sequence[str]) -> list[JsonValue]:
+    """Ids or names as a JSON list for a task's state."""
+    return list(values)
+
+
+def append_frame(frames: Any, text: str) -> Any:
+    """A working command appending one streamed frame to a core-owned working list."""
+
+    def build(wtx: Any) -> None:
+        with wtx.tx.core():  # frames live in a core-owned working namespace
+            wtx.append_list(frames, text)
+
+    return build
+
+
+def names(value: JsonValue) -> list[str]:
+    """The strings (tool names) of a stored JSON list; anything else reads as none."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []

@@ -1,0 +1,373 @@
+"""Generation (§8.3): one model request of an input group, as a task definition.
+
+    status      role        transitions
+    pending     ready       -> streaming | failed | aborted
+    retry_wait  ready       -> streaming | failed | aborted
+    streaming   inflight    -> done | failed | retry_wait | deferred | aborted
+    deferred    ready       -> polling | failed | aborted
+    polling     inflight    -> done | deferred | failed | retry_wait | aborted
+    done, failed, aborted   terminal
+
+``accept`` selects the user entry and creates ONE generation in the same commit. The
+generation commits streaming intent, projects the context, streams from the model provider
+into its working scope, then settles in ONE command: a final answer resolves the input
+group and places queued input (§8.2); tool calls publish the assistant entry, one tool task
+per call and the ``post_tools`` join after all of them (``tool.py``, ``join.py``). Over the
+context budget, or on overflow, it waits for one captured collapse (``collapse.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pico.application.command import Command
+from pico.application.flows.collapse import start_collapse
+from pico.application.flows.common import AgentServices, ints, json_list, names, task_state
+from pico.application.flows.inputs import place, queued, set_results
+from pico.application.flows.streaming import add_usage, stream_response
+from pico.application.hooks import YieldDecision
+from pico.application.model import (
+    Deferred,
+    ProviderError,
+    Request,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolResultPart,
+    estimate_tokens,
+)
+from pico.application.projection import project_context
+from pico.application.state import working_list
+from pico.application.tasks import TaskDefinition, TaskExecution
+from pico.domain.json import JsonValue
+from pico.domain.task import Role
+from pico.domain.values import TaskSnapshot
+
+__all__ = ["GenerationDefinition", "generation_state"]
+
+
+class GenerationDefinition(TaskDefinition):
+    kind = "generation"
+    initial_status = "pending"
+    roles: dict[str, Role] = {
+        "pending": "ready",
+        "retry_wait": "ready",
+        "deferred": "ready",
+        "streaming": "inflight",
+        "polling": "inflight",
+        "done": "terminal",
+        "failed": "terminal",
+        "aborted": "terminal",
+    }
+    transitions = {
+        "pending": ["streaming", "failed", "aborted"],
+        "retry_wait": ["streaming", "failed", "aborted"],
+        "streaming": ["done", "failed", "retry_wait", "deferred", "aborted"],
+        "deferred": ["polling", "failed", "aborted"],
+        "polling": ["done", "deferred", "failed", "retry_wait", "aborted"],
+    }
+
+    def __init__(self, services: AgentServices) -> None:
+        self.services = services
+
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        state = task_state(task)
+        if task.status == "deferred":
+            await self._poll(task, ctx, state)
+            return
+        request = Request(
+            model=str(state.get("model") or self.services.model),
+            system=self.services.system,
+            messages=tuple(
+                project_context(
+                    ctx.reads,
+                    task.conversation_id,
+                    self.services.projection,
+                    cache=self.services.projection_cache,
+                )
+            ),
+            tools=self.services.tools.specs(str(t) for t in names(state.get("tools"))),
+        )
+        if await self._needs_collapse(task, ctx, state, request):
+            return  # the generation now waits for its captured collapse
+        # Durable intent before the external call (§5.8); clears stale timing/permits.
+        await ctx.command(
+            lambda tx: tx.patch_task(
+                task.id, status="streaming", not_before=None, required_permit=None
+            )
+        )
+        hooks = self.services.hooks
+        if hooks.before_request is not None:
+            try:  # preparation: fails closed
+                request = await hooks.before_request(request)
+            except Exception as exc:
+                await self._failed_attempt(
+                    task,
+                    ctx,
+                    state,
+                    ProviderError(f"the before_request hook raised {exc!r}", kind="fatal"),
+                )
+                return
+            if ctx.cancelled:
+                return  # re-check after the hook: an abort suppresses the request
+        frames = working_list("pico.frames", str, scope=ctx.working_scope)
+        try:
+            outcome = await stream_response(self.services.provider, request, ctx, frames)
+        except ProviderError as error:
+            await self._failed_attempt(task, ctx, state, error)
+            return
+        if outcome is None:
+            return  # signalled (abort/close): publish nothing; the abort handler settles
+        await hooks.observe_response(outcome)
+        await self._settle(task, ctx, state, outcome)
+
+    async def _needs_collapse(
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue], request: Request
+    ) -> bool:
+        """Automatic collapse (§8.3): over the context budget, create the collapse and the
+        dependency on it together, once; a captured collapse's outcome is interpreted once
+        and never recreated on a retry."""
+        budget = self.services.context_budget
+        if budget is None or state.get("auto_collapse") is not None:
+            return False
+        chars = sum(
+            len(p.text)
+            if isinstance(p, (TextPart, ThinkingPart))
+            else len(p.content)
+            if isinstance(p, ToolResultPart)
+            else 0
+            for m in request.messages
+            for p in m.parts
+        )
+        if estimate_tokens(chars) <= budget:
+            return False
+
+        def wait(tx: Command) -> None:
+            collapse = start_collapse(tx, self.services, task.conversation_id)
+            tx.patch_task(
+                task.id, state={**state, "auto_collapse": collapse}, after=[*task.after, collapse]
+            )
+
+        await ctx.command(wait)
+        return True
+
+    async def _poll(
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
+    ) -> None:
+        handle = state.get("handle")
+        assert isinstance(handle, str)
+        await ctx.command(lambda tx: tx.patch_task(task.id, status="polling", required_permit=None))
+        try:
+            outcome = await self.services.provider.poll(handle)
+        except ProviderError as error:
+            await self._failed_attempt(task, ctx, state, error)
+            return
+        await self._settle(task, ctx, state, outcome)
+
+    async def _settle(
+        self,
+        task: TaskSnapshot,
+        ctx: TaskExecution,
+        state: dict[str, JsonValue],
+        outcome: Response | Deferred,
+    ) -> None:
+        inputs = ints(state.get("inputs"))
+        if isinstance(outcome, Deferred):
+            new_state = {
+                **state,
+                "handle": outcome.handle,
+                "usage": add_usage(state.get("usage"), outcome.usage),
+            }
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id, status="deferred", state=new_state, required_permit="deferred-poll"
+                )
+            )
+            return
+        message = outcome.message
+        content: dict[str, JsonValue] = {"text": message.text}
+        thinking = "".join(p.text for p in message.parts if isinstance(p, ThinkingPart))
+        if thinking:
+            content["thinking"] = thinking
+        calls = message.tool_calls
+        decision = YieldDecision()
+        if not calls and isinstance(outcome, Response):
+            decision = await self.services.hooks.decide_yield(outcome)  # outside the line
+        usage = add_usage(state.get("usage"), outcome.usage)
+        offered = names(state.get("tools"))
+
+        def settle(tx: Command) -> None:
+            cid = task.conversation_id
+            if tx.abort_marked(task.id) is not False:
+                return  # cancellation won: no normal successor (§6.4)
+            if calls:
+                content["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+                ]
+                entry = tx.append_entry(
+                    cid,
+                    "assistant",
+                    content,
+                    by_task_id=task.id,
+                    metadata={"tool_calls": [c.id for c in calls], "usage": usage},
+                )
+                tx.append_context(cid, [entry])
+                tool_ids = [
+                    tx.create_task(
+                        cid,
+                        "tool",
+                        foreground=True,
+                        spawned_by=task.id,
+                        state={
+                            "call_id": c.id,
+                            "name": c.name,
+                            "arguments": c.arguments,
+                            "offered": json_list(offered),
+                            # A call cut off by max_tokens may be unusable: never run it.
+                            "truncated": outcome.stop_reason == "max_tokens",
+                        },
+                    )
+                    for c in calls
+                ]
+                tx.create_task(
+                    cid,
+                    "post_tools",
+                    foreground=True,
+                    after=tool_ids,
+                    spawned_by=task.id,
+                    state=generation_state(self.services, inputs, offered, state),
+                )
+            else:
+                entry = tx.append_entry(
+                    cid, "assistant", content, by_task_id=task.id, metadata={"usage": usage}
+                )
+                tx.append_context(cid, [entry])
+                if decision.action == "continue" and not queued(tx, cid, ("steer", "follow_up")):
+                    # The yield hook continues the SAME input group (§8.2); queued input
+                    # would have taken precedence over this (possibly stale) decision.
+                    nudge = tx.append_entry(
+                        cid, "user", decision.message, metadata={"yield": True}, by_task_id=task.id
+                    )
+                    tx.append_context(cid, [nudge])
+                    nxt = inputs
+                else:
+                    set_results(tx, inputs, {"status": "done", "entry_id": entry})
+                    # The answer boundary: safe writes, steering and follow-ups start a new
+                    # group.
+                    nxt = place(
+                        tx,
+                        cid,
+                        ("write", "steer", "follow_up"),
+                        selection=self.services.queue_selection,
+                    )
+                if nxt:
+                    tx.create_task(
+                        cid,
+                        "generation",
+                        foreground=True,
+                        spawned_by=task.id,
+                        state=generation_state(self.services, nxt, offered, state),
+                    )
+            tx.patch_task(task.id, status="done", state={**state, "usage": usage})
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(settle, defer=True)
+
+    async def _failed_attempt(
+        self,
+        task: TaskSnapshot,
+        ctx: TaskExecution,
+        state: dict[str, JsonValue],
+        error: ProviderError,
+    ) -> None:
+        attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
+        # Known usage commits even for failed, deferred or discarded attempts (§8.3).
+        state = {**state, "usage": add_usage(state.get("usage"), error.usage)}
+        if error.kind == "overflow" and not state.get("collapsed"):
+            # Overflow: ONE captured collapse, and the SAME generation waits for it (§8.3).
+            retry_state = {**state, "attempt": attempt, "collapsed": True}
+
+            def wait_for_collapse(tx: Command) -> None:
+                collapse = start_collapse(tx, self.services, task.conversation_id)
+                tx.patch_task(
+                    task.id,
+                    status="retry_wait",
+                    state=retry_state,
+                    after=[collapse],
+                    not_before=None,
+                )
+
+            await ctx.command(wait_for_collapse)
+            return
+        budget = state.get("max_attempts")
+        limit = budget if isinstance(budget, int) else self.services.max_attempts
+        if error.kind == "retryable" and attempt < limit:
+            delay = (
+                error.retry_after
+                if error.retry_after is not None
+                else self.services.retry_delay * attempt
+            )
+            when = self.services.clock.now() + delay
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id,
+                    status="retry_wait",
+                    state={**state, "attempt": attempt},
+                    not_before=when,
+                )
+            )
+            return
+        inputs = ints(state.get("inputs"))
+
+        def fail(tx: Command) -> None:
+            set_results(tx, inputs, {"status": "failed", "reason": str(error)})
+            tx.patch_task(
+                task.id, status="failed", state={**state, "attempt": attempt, "error": str(error)}
+            )
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(fail)
+
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        state = task_state(task)
+        if task.status == "polling":  # the handle survives: poll again
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id, status="deferred", required_permit="deferred-poll"
+                )
+            )
+            return
+        # An interrupted stream published nothing: retry within the budget, never fabricate.
+        await self._failed_attempt(
+            task,
+            ctx,
+            state,
+            ProviderError("the stream was interrupted", kind="retryable", retry_after=0.0),
+        )
+
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        inputs = ints(task_state(task).get("inputs"))
+
+        def cancel(tx: Command) -> None:
+            set_results(tx, inputs, {"status": "cancelled", "reason": "aborted"})
+            tx.patch_task(task.id, status="aborted")
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(cancel)
+
+
+def generation_state(
+    services: AgentServices,
+    inputs: Sequence[int],
+    tools: Sequence[str],
+    parent: dict[str, JsonValue] | None = None,
+) -> dict[str, JsonValue]:
+    """A generation's creation state: inputs, offered tools and the captured model and retry
+    budget (§8.3), inherited along one exchange."""
+    parent = parent or {}
+    return {
+        "inputs": json_list(inputs),
+        "tools": json_list(tools),
+        "model": parent.get("model") or services.model,
+        "max_attempts": parent.get("max_attempts") or services.max_attempts,
+    }

@@ -1,0 +1,90 @@
+"""One model-provider stream into a task's working scope, shared by generation (§8.3) and
+collapse (§8.5): text frames of ``FRAME_CHARS`` written as they fill, the execution's stop
+signal raced for the whole stream, and known usage accumulated (unknown is not zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pico.application.flows.common import append_frame
+from pico.application.model import (
+    Deferred,
+    Done,
+    ModelProvider,
+    ProviderError,
+    Request,
+    Response,
+    TextDelta,
+    Usage,
+)
+from pico.application.tasks import TaskExecution
+from pico.domain.json import JsonValue
+
+__all__ = ["FRAME_CHARS", "add_usage", "stream_response"]
+
+
+#: Streamed text is written to the working scope in frames of about this many characters:
+#: one working commit per frame, not per token (a bounded buffer, drained before settling).
+FRAME_CHARS = 512
+
+
+async def stream_response(
+    provider: ModelProvider, request: Request, ctx: TaskExecution, frames: Any
+) -> Response | Deferred | None:
+    """Consume one provider stream, writing frames to the working scope, racing the
+    execution's stop signal: an abort stops streaming at once (None). Frames are buffered:
+    a frame of ``FRAME_CHARS`` is written (awaited) as soon as it fills; the rest is
+    superseded by the settlement, which carries the whole message."""
+    if ctx.signal.is_set():
+        return None
+    events = provider.stream(request).__aiter__()
+
+    async def consume() -> Response | Deferred:
+        buffer: list[str] = []
+        buffered = 0
+        async for event in events:
+            if isinstance(event, TextDelta):
+                buffer.append(event.text)
+                buffered += len(event.text)
+                if buffered >= FRAME_CHARS:
+                    await ctx.working(append_frame(frames, "".join(buffer)))
+                    buffer.clear()
+                    buffered = 0
+            elif isinstance(event, Done):
+                # The settlement publishes the whole message and retires this working scope
+                # in one command: writing the last partial frame first would be pure waste.
+                return event.outcome
+        raise ProviderError("the stream ended without a response", kind="retryable")
+
+    # One race for the whole stream, not one per step: the stop signal cancels the
+    # consumer wherever it waits, between frames or inside the provider's next step.
+    consumer = asyncio.ensure_future(consume())
+    stop = asyncio.ensure_future(ctx.signal.wait())
+    try:
+        await asyncio.wait({consumer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.done() or not consumer.done():
+            return None  # stopped: whatever the consumer had is discarded (finally)
+        return consumer.result()
+    finally:
+        stop.cancel()
+        if not consumer.done():
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+        closer = getattr(events, "aclose", None)
+        if closer is not None:
+            await closer()  # best-effort provider cancellation
+
+
+def add_usage(previous: JsonValue, usage: Usage | None) -> JsonValue:
+    """Accumulate known usage; unknown (None) adds nothing and is not zero."""
+    if usage is None:
+        return previous
+    base = previous if isinstance(previous, dict) else {}
+    total_in = base.get("input", 0)
+    total_out = base.get("output", 0)
+    return {
+        "input": (total_in if isinstance(total_in, int) else 0) + usage.input_tokens,
+        "output": (total_out if isinstance(total_out, int) else 0) + usage.output_tokens,
+    }

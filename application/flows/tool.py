@@ -1,0 +1,277 @@
+"""Tool execution (§8.4) and the outside answers to a held call (seed 000).
+
+    status      role        transitions
+    pending     ready       -> approval | running | done | aborted
+    approval    waiting     -> pending | done | aborted   (held by before_tool)
+    running     inflight    -> held | done | aborted
+    held        waiting     -> done | aborted             (the tool deferred its result)
+    done, aborted           terminal
+
+A tool task validates and authorizes its call, persists the effective arguments and replay
+decision before invoking, and settles only itself with one tool result entry; the join
+(``join.py``) reads every outcome. ``decide_held_approval`` moves ``approval`` to
+``pending`` (grant) or ``done`` (deny); ``answer_held_call`` moves ``held`` to ``done``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pico.application.command import Command
+from pico.application.flows.common import AgentServices, append_frame, names, task_state
+from pico.application.hooks import ToolCall
+from pico.application.state import working_list
+from pico.application.tasks import TaskDefinition, TaskExecution
+from pico.application.tools import ToolArgumentsError, ToolContext, ToolOutcome
+from pico.domain.errors import CommandRejectedError
+from pico.domain.ids import check_choice
+from pico.domain.json import JsonObject, JsonValue
+from pico.domain.task import Role
+from pico.domain.values import TaskSnapshot
+
+__all__ = [
+    "ToolCallAnsweredError",
+    "ToolTaskDefinition",
+    "answer_held_call",
+    "decide_held_approval",
+]
+
+
+class ToolTaskDefinition(TaskDefinition):
+    kind = "tool"
+    initial_status = "pending"
+    roles: dict[str, Role] = {
+        "pending": "ready",
+        "approval": "waiting",  # held by before_tool until decide_approval
+        "running": "inflight",
+        "held": "waiting",  # the tool deferred its result to an outside answer
+        "done": "terminal",
+        "aborted": "terminal",
+    }
+    transitions = {
+        "pending": ["approval", "running", "done", "aborted"],
+        "approval": ["pending", "done", "aborted"],
+        "running": ["held", "done", "aborted"],
+        "held": ["done", "aborted"],
+    }
+
+    def __init__(self, services: AgentServices) -> None:
+        self.services = services
+
+    async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        state = task_state(task)
+        name = str(state.get("name"))
+        if state.get("truncated"):
+            await self._result(
+                task,
+                ctx,
+                state,
+                "the model's output was truncated before this call was complete; it was not run",
+                is_error=True,
+            )
+            return
+        try:
+            tool = self.services.tools.authorize(name, names(state.get("offered")))
+            args = tool.validate(state.get("arguments"))
+        except ToolArgumentsError as exc:  # an error result, never an invocation
+            await self._result(task, ctx, state, str(exc), is_error=True)
+            return
+        call = ToolCall(task.id, str(state.get("call_id")), name, args)
+        if not state.get("approved"):
+            decision = await self.services.hooks.decide_tool(call)  # outside the line
+            if decision.action == "block":
+                await self._result(task, ctx, state, decision.result or "blocked", is_error=True)
+                return
+            if decision.action == "hold":
+                await ctx.command(lambda tx: tx.patch_task(task.id, status="approval"))
+                return
+            if decision.arguments is not None:
+                try:  # a transformation is revalidated before it is used
+                    args = tool.validate(decision.arguments)
+                except ToolArgumentsError as exc:
+                    await self._result(task, ctx, state, str(exc), is_error=True)
+                    return
+        # Persist the effective arguments and replay decision BEFORE invocation (§8.4).
+        running: dict[str, JsonValue] = {**state, "arguments": args, "replay": tool.replay}
+        await ctx.command(lambda tx: tx.patch_task(task.id, status="running", state=running))
+        frames = working_list("pico.tool-output", str, scope=ctx.working_scope)
+
+        async def admit(text: str) -> None:  # progress is awaited: explicit backpressure
+            await ctx.working(append_frame(frames, text))
+
+        tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
+        outcome = await tool.run(args, tool_ctx)
+        if outcome.deferred and not outcome.is_error:
+            # The answer will come from outside: park durably (seed 000).
+            await ctx.command(
+                lambda tx: tx.patch_task(
+                    task.id, status="held", state={**running, "held": outcome.text}
+                )
+            )
+            return
+        outcome = await self.services.hooks.process_tool(call, outcome)
+        await self._result(
+            task,
+            ctx,
+            running,
+            outcome.text,
+            is_error=outcome.is_error,
+            control=_control(outcome),
+            images=outcome.images,
+        )
+
+    async def _result(
+        self,
+        task: TaskSnapshot,
+        ctx: TaskExecution,
+        state: dict[str, JsonValue],
+        text: str,
+        *,
+        is_error: bool,
+        control: JsonObject | None = None,
+        status: str = "done",
+        images: Sequence[JsonObject] = (),
+    ) -> None:
+        content: dict[str, JsonValue] = {"content": text, "is_error": is_error}
+        if images:
+            content["images"] = list[JsonValue](images)
+
+        def settle(tx: Command) -> None:  # a tool settles only itself
+            cid = task.conversation_id
+            entry = tx.append_entry(
+                cid,
+                "tool",
+                content,
+                by_task_id=task.id,
+                metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
+            )
+            tx.append_context(cid, [entry])
+            tx.patch_task(
+                task.id, status=status, state={**state, "result_entry": entry, **(control or {})}
+            )
+
+        await ctx.command(settle, defer=True)
+
+    async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        state = task_state(task)
+        if task.status in ("held", "approval"):
+            return  # waiting for an outside answer or decision; nothing to arm
+        if task.status == "running" and state.get("replay") == "safe":
+            await self._rerun(task, ctx, state)  # replay allowed by the captured policy
+            return
+        if task.status == "pending":
+            await self.execute(task, ctx)
+            return
+        await self._result(
+            task,
+            ctx,
+            state,
+            "the tool was interrupted; it may or may not have completed",
+            is_error=True,
+        )
+
+    async def _rerun(
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
+    ) -> None:
+        tool = self.services.tools.get(str(state.get("name")))
+        if tool is None:
+            await self._result(task, ctx, state, "the tool is no longer registered", is_error=True)
+            return
+        outcome = await tool.run(
+            state.get("arguments"),
+            ToolContext(call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal),
+        )
+        await self._result(
+            task,
+            ctx,
+            state,
+            outcome.text,
+            is_error=outcome.is_error,
+            control=_control(outcome),
+            images=outcome.images,
+        )
+
+    async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        await self._result(task, ctx, task_state(task), "aborted", is_error=True, status="aborted")
+
+
+def _control(outcome: ToolOutcome) -> JsonObject:
+    """What the join and the audit need from a tool run."""
+    usage: JsonValue = (
+        None
+        if outcome.usage is None
+        else {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens}
+    )
+    return {
+        "terminate": outcome.terminate,
+        "handoff": outcome.handoff,
+        "details": outcome.details,
+        "usage": usage,
+        "add_tools": list[JsonValue](outcome.add_tools),
+    }
+
+
+class ToolCallAnsweredError(CommandRejectedError):
+    """The held tool call was answered already; its first answer landed."""
+
+    def __init__(self, task_id: int, entry_id: int | None) -> None:
+        self.task_id = task_id
+        self.entry_id = entry_id
+        super().__init__(
+            f"tool task {task_id} was already answered (result entry {entry_id}); the first "
+            "answer landed and a second one is refused"
+        )
+
+
+def answer_held_call(tx: Command, task_id: int, text: str, is_error: bool) -> int:
+    """Seed 000, "Answering a deferred call": validate, then write ONE ordinary tool result
+    and settle the tool, so the join continues as after any tool."""
+    task = tx.get_task(task_id)
+    if task is None or task.kind != "tool":
+        raise CommandRejectedError(f"task {task_id} is not a tool call of this session")
+    state = task_state(task)
+    if not task.live:
+        entry = state.get("result_entry")
+        raise ToolCallAnsweredError(task_id, entry if isinstance(entry, int) else None)
+    if task.status != "held":
+        raise CommandRejectedError(
+            f"tool task {task_id} is {task.status!r}, not waiting for an outside answer"
+        )
+    cid = task.conversation_id
+    entry = tx.append_entry(
+        cid,
+        "tool",
+        {"content": text, "is_error": is_error},
+        by_task_id=task_id,
+        metadata={
+            "tool_call_id": state.get("call_id"),
+            "tool_name": state.get("name"),
+            "answered": True,
+        },
+    )
+    tx.append_context(cid, [entry])
+    tx.patch_task(task_id, status="done", state={**state, "result_entry": entry})
+    return entry
+
+
+def decide_held_approval(tx: Command, task_id: int, decision: str) -> None:
+    """The approval channel (§9.1, seed 000): grant lets the held tool run (without asking
+    ``before_tool`` again); deny writes its error result. Validated before writing."""
+    check_choice(decision, "an approval decision", ("grant", "deny"))
+    task = tx.get_task(task_id)
+    if task is None or task.kind != "tool" or task.status != "approval":
+        raise CommandRejectedError(f"task {task_id} is not a tool call waiting for approval")
+    state = task_state(task)
+    if decision == "grant":
+        tx.patch_task(task_id, status="pending", state={**state, "approved": True})
+        return
+    cid = task.conversation_id
+    entry = tx.append_entry(
+        cid,
+        "tool",
+        {"content": "denied by approval", "is_error": True},
+        by_task_id=task_id,
+        metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
+    )
+    tx.append_context(cid, [entry])
+    tx.patch_task(task_id, status="done", state={**state, "result_entry": entry, "approved": False})
