@@ -99,6 +99,8 @@ class SqlDatabase:
         # them first (RawWriter.flush_pending), so one session's open batch can never
         # block another's BEGIN IMMEDIATE on the same thread.
         self.pending: set[RawWriter] = set()
+        #: A read-only connection held on an existing SQLite file until it is verified.
+        self.guard: Any = None
         if self.dialect == "sqlite":
             self._open_sqlite(url, durability)
         else:
@@ -125,6 +127,8 @@ class SqlDatabase:
         # Every RawWriter (one per open session) holds a private connection for its
         # lifetime: its reads between transactions may span awaits (RawWriter.
         # idle_connection), so no other session may share it.
+        if state != "new":
+            self._hold_guard()
         self.writer = sa.create_engine(url, poolclass=sa.pool.NullPool)
         self.reader = sa.create_engine(url, poolclass=sa.pool.SingletonThreadPool)
         # Event-stream loads get their own connection: a command's read snapshot may be
@@ -138,6 +142,26 @@ class SqlDatabase:
         _sqlite_pragmas(self.loader, sync, begin="BEGIN")
         if state != "current":  # new, empty, or pico's with migrations to apply
             self._setup()
+
+    def _hold_guard(self) -> None:
+        """Keep a read-only connection on an existing file until a write open has verified
+        it (its first commit). SQLite's last connection to close checkpoints the -wal into
+        the main file and deletes it; while the guard is open no read-write connection is
+        last, and a read-only connection cannot checkpoint. So an open that fails on
+        damage (or on anything else before it writes) leaves the file and a leftover -wal
+        byte-identical, and the damaged frames stay where an operator can set them aside."""
+        guard = read_only_connector(self.path)()
+        try:
+            guard.execute("SELECT count(*) FROM sqlite_master").fetchall()  # takes its lock
+        except Exception:
+            guard.close()  # the inspection already vouched for the header; reads will tell
+            return
+        self.guard = guard
+
+    def release_guard(self) -> None:
+        guard, self.guard = self.guard, None
+        if guard is not None:
+            guard.close()
 
     def _open_postgresql(self, url: str) -> None:
         self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
@@ -205,10 +229,12 @@ class SqlDatabase:
                     log.warning("group commit of another session failed", exc_info=True)
 
     def close(self) -> None:
+        # An unverified file's guard closes last (see _hold_guard): no checkpoint runs.
         self.writer.dispose()
         for engine in {self.reader, self.loader}:
             if engine is not self.writer:
                 engine.dispose()
+        self.release_guard()
 
 
 # SQLite primary result codes (the low byte of an extended code).
@@ -479,6 +505,8 @@ class RawWriter:
             else:
                 self._end_batch()
                 cur.execute("COMMIT")
+                if self.db.guard is not None:
+                    self.db.release_guard()  # a write open verified the file and claimed
         except BaseException as exc:
             self._end_batch()
             self._rollback(conn, cur)

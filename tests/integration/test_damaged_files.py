@@ -373,3 +373,49 @@ async def test_a_read_only_open_of_a_copy_taken_mid_run_reads_its_wal_and_writes
     assert [e.content for e in page.items] == [f"m{i}" for i in range(5)]
     await ro.close()
     assert (_sha(copy), _sha(wal)) == (before, wal_before)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_a_failed_open_leaves_a_leftover_wal_and_its_file_byte_identical(
+    read_only: bool, pristine: Path, tmp_path: Path
+) -> None:
+    """After a crash the newest commits (here: a damaged session event) are only in the
+    -wal. SQLite's last connection to close checkpoints the -wal into the file and deletes
+    it; a failed open must not: the file, the -wal and the damaged frames in it stay as
+    they were, where an operator can set them aside or restore."""
+    path = tmp_path / "crashed.db"
+    shutil.copy(pristine, path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute(f"UPDATE pico_events SET state = X'7B6E6F' WHERE id = {_LAST_SESSION_EVENT}")
+    # Leave the -wal behind as a crash would: copy the files while the writer still has
+    # them open (closing it would checkpoint).
+    crashed = tmp_path / "copy" / "crashed.db"
+    crashed.parent.mkdir()
+    shutil.copy(path, crashed)
+    shutil.copy(f"{path}-wal", f"{crashed}-wal")
+    conn.close()
+    wal = Path(f"{crashed}-wal")
+    before = (_sha(crashed), _sha(wal))
+    assert wal.stat().st_size > 0
+    with pytest.raises(pico.StorageCorruptError):
+        await pico.Harness.open(f"sqlite:///{crashed}", session=SESSION, read_only=read_only)
+    # Check: nothing was checkpointed, nothing deleted.
+    assert wal.exists() and (_sha(crashed), _sha(wal)) == before
+
+
+async def test_a_verified_write_open_still_checkpoints_its_wal_on_close(
+    pristine: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "fine.db"
+    shutil.copy(pristine, path)
+    h = await pico.Harness.open(f"sqlite:///{path}", session=SESSION)
+    await (await h.root()).append("user", "after the guard")
+    await h.close()
+    # Check: once the open verified the file and claimed, closing folds the -wal in as
+    # SQLite always does (the guard was released at the claim).
+    wal = Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
