@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from dependency_injector import containers, providers
-from pydantic import ValidationError
 
 from pico.application.ports import Storage
-from pico.domain.errors import ConfigurationError, UnknownSessionError
+from pico.domain.errors import UnknownSessionError
 from pico.infrastructure.memory import MemoryRecorder, named_database
-from pico.infrastructure.settings import PicoSettings, mask_url
+from pico.infrastructure.settings import PicoSettings, mask_url, settings_for
 from pico.infrastructure.sql import schema
 from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore, SqlRecorder
 from pico.infrastructure.storage import EventSourcedStorage
@@ -94,16 +93,7 @@ def open_storage(url: str, *, session: str, durability: str | None, read_only: b
     """The storage of one session; a bad configuration raises ``ConfigurationError``, a
     database that cannot be reached or opened ``StorageUnavailableError``, a damaged one
     ``StorageCorruptError``, each with one sentence that stands alone (passwords masked)."""
-    try:
-        settings = PicoSettings(
-            storage_url=url,
-            session=session,
-            durability="process" if durability is None else durability,
-            read_only=read_only,
-        )
-    except ValidationError as exc:  # a rule the checks do not cover (e.g. read_only="x")
-        errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigurationError(f"invalid storage options ({errors})") from None
+    settings = settings_for(url, session=session, durability=durability, read_only=read_only)
     container = Container(settings=settings)
     storage: Storage = container.storage()
     return storage

@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -25,6 +25,7 @@ __all__ = [
     "check_session_name",
     "check_storage_url",
     "mask_url",
+    "settings_for",
 ]
 
 #: Session names are stored in ``String(200)`` key columns of every table.
@@ -160,3 +161,20 @@ class PicoSettings(BaseSettings):
     @classmethod
     def _durability(cls, value: Any) -> str:
         return check_durability(value)
+
+
+def settings_for(
+    url: object, *, session: object, durability: object = None, read_only: object = False
+) -> PicoSettings:
+    """The settings for one open, checked by the one configuration gate: a mistake is a
+    ``ConfigurationError`` whatever rule it breaks (pydantic's own errors included)."""
+    try:
+        return PicoSettings(
+            storage_url=url,  # type: ignore[arg-type]  # checked by the validators
+            session=session,  # type: ignore[arg-type]
+            durability="process" if durability is None else durability,  # type: ignore[arg-type]
+            read_only=read_only,  # type: ignore[arg-type]
+        )
+    except ValidationError as exc:  # a rule the checks do not cover (e.g. read_only="x")
+        errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigurationError(f"invalid storage options ({errors})") from None

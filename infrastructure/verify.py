@@ -32,7 +32,7 @@ from pico.domain.errors import (
     UnknownSessionError,
 )
 from pico.infrastructure.memory import MemoryDatabase, named_database
-from pico.infrastructure.settings import PicoSettings, mask_url
+from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.store import SqlProjectionWriter, read_only_connector
 from pico.infrastructure.storage import BATCH_END, aggregate_name, make_mapper
@@ -113,7 +113,7 @@ async def check(url: str, *, session: str = "main") -> CheckReport:
         StorageUnavailableError: the PostgreSQL server cannot be reached.
     """
     # The one configuration gate: the same rules, and errors, as Harness.open.
-    PicoSettings(storage_url=url, session=session, read_only=True)
+    settings_for(url, session=session, read_only=True)
     return await asyncio.to_thread(_check, url, session)
 
 
