@@ -288,7 +288,7 @@ async def audit(
             h, after=after, page=page if limit is None else min(page, limit + 1)
         ):
             if limit is not None and printed == limit:
-                remaining = sum(1 for _ in audit_records(h, after=last, page=page))
+                remaining = h.audit_count(after=last)
                 noun = "event remains" if remaining == 1 else "events remain"
                 print(
                     f"pico: printed {printed} event{'' if printed == 1 else 's'} "

@@ -122,3 +122,7 @@ class MemoryRecorder(AggregateRecorder):
             log = self.db.log.get(session_id, [])
             window = log[after : after + limit]
         return [(after + i + 1, e) for i, e in enumerate(window)]
+
+    def count_session_events(self, session_id: str, *, after: int) -> int:
+        with self.db.lock:
+            return max(0, len(self.db.log.get(session_id, [])) - after)

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, is_dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from uuid import UUID
 
 import pydantic_core
@@ -49,6 +49,7 @@ class SessionRecorder(Protocol):
     def select_session_events(
         self, session_id: str, *, after: int, limit: int
     ) -> list[tuple[int, StoredEvent]]: ...
+    def count_session_events(self, session_id: str, *, after: int) -> int: ...
 
 
 def make_mapper() -> Mapper[UUID]:
@@ -229,9 +230,14 @@ class EventSourcedStorage:
 
     def _recorder(self) -> SessionRecorder:
         rec = self.recorder
-        if not hasattr(rec, "select_session_events"):
+        if not (hasattr(rec, "select_session_events") and hasattr(rec, "count_session_events")):
             raise TypeError(f"{type(rec).__name__} cannot list a session's events")
-        return rec
+        return cast(SessionRecorder, rec)
+
+    def count_events(self, *, after: int = 0) -> int:
+        """How many of the session's events are stored after ``after`` (one indexed count,
+        nothing decoded)."""
+        return self._recorder().count_session_events(self.session_id, after=after)
 
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:
         out = []

@@ -685,6 +685,15 @@ class SqlRecorder(AggregateRecorder):
                 (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
             ]
 
+    def count_session_events(self, session_id: str, *, after: int) -> int:
+        c = t.events.c
+        q = sa.select(sa.func.count()).where(c.session_id == session_id, c.id > after)
+        if self._writer.pending:
+            self._writer.flush()
+        doing = f"counting the events of session {session_id!r} after position {after}"
+        with self.db.translating(doing), self.db.loader.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
     def flush(self) -> None:
         self._writer.flush()
 

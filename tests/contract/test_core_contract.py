@@ -525,3 +525,21 @@ async def test_read_only_handles_audit_without_claiming(backend: Backend) -> Non
     await h.close()
     with pytest.raises(pico.UnknownSessionError):
         await backend.open(session="never-created-" + backend.session, read_only=True)
+
+
+async def test_audit_count_says_how_many_events_follow_a_position(backend: Backend) -> None:
+    h = await backend.open()
+    c = await h.root()
+    for i in range(3):
+        await c.append("user", f"m{i}")
+    other = await backend.open(session=backend.session + "-other")
+    await (await other.root()).append("user", "not counted")
+    records = h.audit(limit=10_000)
+    # Check: the count agrees with the log for every cursor, and ignores other sessions.
+    assert h.audit_count() == len(records)
+    for i, record in enumerate(records):
+        assert h.audit_count(after=record.position) == len(records) - i - 1
+    with pytest.raises(pico.InvalidArgumentError):
+        h.audit_count(after=-1)
+    await other.close()
+    await h.close()

@@ -58,6 +58,9 @@ class FaultyStorage:
     def audit(self, **kw: Any) -> Any:
         return self.inner.audit(**kw)
 
+    def count_events(self, **kw: Any) -> Any:
+        return self.inner.count_events(**kw)
+
     def replay(self) -> Any:
         return self.inner.replay()
 
