@@ -17,6 +17,7 @@ from pico.application.state import (
     Address,
     ConversationList,
     ConversationValue,
+    Initialization,
     SessionValue,
     WorkingList,
     WorkingScope,
@@ -228,17 +229,29 @@ class Command:
         *,
         at_entry: int | None = None,
         as_of: int | None = None,
-        sticky: Sequence[ConversationValue[Any]] = (),
+        sticky: Initialization | Sequence[ConversationValue[Any]] = (),
         inherit_state: bool = True,
     ) -> int:
         """Create a historical fork of ``source_id`` after a complete main commit (§3.3).
 
         Rewindable conversation state is inherited through the boundary without copying
-        (unless ``inherit_state=False``); ``sticky`` selects sticky conversation values whose
-        CURRENT source values are copied into the fork; session state is shared and working
-        state is never inherited (§4.3).
+        (unless ``inherit_state=False``); session state is shared and working state is never
+        inherited (§4.3). ``sticky`` initializes sticky conversation values: the CURRENT
+        source contents of ``inherit`` are copied (a selected absent value stays absent),
+        then the ``set`` overrides are applied; unselected sticky values are absent in the
+        fork. A plain list of addresses means ``Initialization(inherit=that)``. All of it is
+        this one command.
         """
         self._main_only("fork")
+        init = Initialization.of(sticky)
+        for address in init.addresses:
+            if address.rewind:
+                raise AddressPolicyError(
+                    f"{address.namespace!r} is a rewindable conversation value: a fork "
+                    "inherits it through the boundary, so it cannot be selected or "
+                    "overridden as sticky state. Set it on the fork afterwards (or in the "
+                    "same harness.command, after tx.fork)"
+                )
         check_id(source_id, "conversation_id")
         check_optional_id(at_entry, "at_entry")
         check_optional_position(as_of, "as_of")
@@ -301,25 +314,20 @@ class Command:
             raise InvalidPositionError(
                 f"cannot fork conversation {source_id} at {position}: {exc}"
             ) from exc
-        for address in sticky:
-            if (
-                not isinstance(address, ConversationValue)
-                or address.rewind
-                or (address.kind != "value")
-            ):
-                raise AddressPolicyError(
-                    f"{address.namespace!r}: only sticky conversation values can be copied "
-                    "into a fork; rewindable state is inherited through the boundary and "
-                    "lists need a deliberate policy"
-                )
         self._alloc()
         self.touched[seq] = conv
-        for address in sticky:
+        overridden = {(a.namespace, a.storage_key) for a, _ in init.set}
+        for address in init.inherit:
+            if (address.namespace, address.storage_key) in overridden:
+                continue  # the override is applied below; the copy would be overwritten
             current = self._state.get_value(
                 conversation_scope(source_id), address.namespace, address.storage_key, rewind=False
             )
             if current is not None:
+                address.decode(current[1])  # copy through the selected type, or refuse
                 self._write(address, "set", current[1], conversation_id=seq)
+        for address, text in init.overrides:
+            self._write(address, "set", text, conversation_id=seq)
         return seq
 
     def append_entry(

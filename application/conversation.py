@@ -27,7 +27,7 @@ from pico.application.flows.inputs import (
 from pico.application.model import Message
 from pico.application.projection import Projection, project_context
 from pico.application.scheduler import DriveOutcome
-from pico.application.state import ConversationList, ConversationValue
+from pico.application.state import ConversationList, ConversationValue, Initialization
 from pico.domain.errors import CommandRejectedError, UnknownConversationError
 from pico.domain.ids import check_id, check_optional_id
 from pico.domain.json import JsonValue, dumps
@@ -318,13 +318,15 @@ class ConversationHandle:
         *,
         at_entry: int | None = None,
         as_of: int | None = None,
-        sticky: Sequence[ConversationValue[Any]] = (),
+        sticky: Initialization | Sequence[ConversationValue[Any]] = (),
         inherit_state: bool = True,
     ) -> ConversationHandle:
         """A historical fork after the complete commit containing ``at_entry`` (or at main
         boundary ``as_of``): shares the transcript prefix, starts from the context that
-        existed there, inherits rewindable state through the boundary, copies the selected
-        ``sticky`` values' current contents, inherits no live work."""
+        existed there, inherits rewindable state through the boundary, inherits no live
+        work. ``sticky=Initialization(inherit=[...], set=[(address, value), ...])`` copies
+        the selected sticky values' CURRENT contents, then applies the overrides; other
+        sticky values start absent. A plain list of addresses only selects. One commit."""
         new_id = await self.harness.command(
             lambda tx: tx.fork(
                 self.id, at_entry=at_entry, as_of=as_of, sticky=sticky, inherit_state=inherit_state

@@ -16,6 +16,7 @@ from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, WorkingCommand
 from pico.application.conversation import ConversationHandle
 from pico.application.flows import AgentServices, agent_definitions
+from pico.application.flows.common import TOOL_EXECUTION
 from pico.application.flows.inputs import cancel_every_queued_input
 from pico.application.flows.tool import answer_held_call, decide_held_approval
 from pico.application.hooks import Hooks
@@ -41,7 +42,7 @@ from pico.domain.errors import (
     ShuttingDownError,
     UnknownConversationError,
 )
-from pico.domain.ids import check_id, check_limit, check_position
+from pico.domain.ids import check_choice, check_id, check_limit, check_position
 from pico.domain.json import check_json
 from pico.domain.values import (
     ConversationSnapshot,
@@ -88,6 +89,7 @@ class Harness:
         initial_values: Iterable[tuple[Address[Any], Any]] = (),
         model: str = "default",
         system: str = "",
+        tool_execution: str = "parallel",
     ) -> Harness:
         """Open (or create) a session.
 
@@ -100,16 +102,21 @@ class Harness:
             read_only: open for audit and reads only; appends no claim, writes nothing
                 (SQLite ``mode=ro``, PostgreSQL read-only transactions) and needs no
                 definitions or provider.
+            tool_execution: ``"parallel"`` (default: a response's tool calls run at once) or
+                ``"sequential"`` (each call after the one before it, in call order; §5.4).
+                Captured by each generation when it is created.
             definitions: the task definitions (a ``TaskRegistry`` or an iterable of
                 definitions). Opening for writing rejects live tasks whose kind or status no
                 definition knows, before anything runs.
 
-        Raises ``ConfigurationError`` (a bad URL, session name or durability),
+        Raises ``InvalidArgumentError`` (an unknown ``tool_execution``; nothing opened),
+        ``ConfigurationError`` (a bad URL, session name or durability),
         ``StorageUnavailableError`` (a database that cannot be reached or opened),
         ``StorageCorruptError`` (damage found while reading the session; nothing written),
         ``UnknownSessionError`` (read-only, no such session) and ``ClaimContendedError``
         (storage without a write lock lost every claim attempt).
         """
+        check_choice(tool_execution, "tool_execution", TOOL_EXECUTION)
         registry = (
             definitions
             if isinstance(definitions, TaskRegistry)
@@ -125,6 +132,7 @@ class Harness:
                 model=model,
                 system=system,
                 clock=clock or SystemClock(),
+                tool_execution=tool_execution,
             )
             for definition in agent_definitions(services):
                 registry.register(definition)

@@ -9,6 +9,7 @@ site (``get_value(address, default=...)``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
@@ -18,6 +19,7 @@ from pydantic_core import PydanticSerializationError
 from pico.domain.errors import (
     AddressPolicyError,
     CommandRejectedError,
+    InvalidArgumentError,
     InvalidJsonError,
     StorageCorruptError,
     StoredTypeError,
@@ -42,6 +44,7 @@ __all__ = [
     "Address",
     "ConversationList",
     "ConversationValue",
+    "Initialization",
     "SessionList",
     "SessionValue",
     "WorkingList",
@@ -321,6 +324,114 @@ def working_list(
     namespace: str, type_: Any = Any, *, scope: WorkingScope, key: str | None = None
 ) -> WorkingList[Any]:
     return WorkingList(namespace=namespace, type_=type_, key=key, scope=scope)
+
+
+def _scalar_conversation_address(address: object, what: str) -> ConversationValue[Any]:
+    if not isinstance(address, Address):
+        raise InvalidArgumentError(
+            f"{what} must be a conversation value address (pico.conversation_value(...)), "
+            f"got {type(address).__name__} {address!r:.80}"
+        )
+    if not isinstance(address, ConversationValue) or isinstance(address, WorkingValue):
+        raise AddressPolicyError(
+            f"{what}: {address.namespace!r} is a {address.scope_kind} address; only "
+            "conversation values are initialized per conversation (session state is shared, "
+            "working state is never inherited)"
+        )
+    if address.kind != "value":
+        raise AddressPolicyError(
+            f"{what}: {address.namespace!r} is a list; initialization selects scalar values "
+            "only, so an unbounded log is never copied by accident (§4.3). Append the "
+            "elements you want to the new conversation's list yourself"
+        )
+    return address
+
+
+def _sequence(given: object, what: str, example: str) -> list[Any]:
+    if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
+        raise InvalidArgumentError(
+            f"Initialization({what}=...) takes a list of {example}, got "
+            f"{type(given).__name__} {given!r:.80}"
+        )
+    return list(given)
+
+
+@dataclass(frozen=True, init=False)
+class Initialization:
+    """Which conversation values a new conversation starts with (§4.3, §9.1).
+
+    ``inherit`` selects values whose CURRENT source contents are copied (a selected value
+    that is absent in the source stays absent); ``set`` overrides are applied after the
+    copy, whether or not their address is selected. Anything else starts absent, with no
+    fallback to the source. A copy, not a live link. Scalar values only: lists need a
+    deliberate policy. Override values pass the same strict-JSON and type gate as
+    ``set_value``, here at construction, and are kept as copies of what will be stored.
+
+    Raises:
+        InvalidArgumentError: ``inherit``/``set`` is not a list of addresses / of
+            ``(address, value)`` pairs, or one address is overridden twice.
+        AddressPolicyError: an address is a session, working or list address.
+        InvalidJsonError: an override value is not strict JSON of its address type.
+    """
+
+    inherit: tuple[ConversationValue[Any], ...]
+    set: tuple[tuple[ConversationValue[Any], Any], ...]
+    _texts: tuple[str, ...] = field(repr=False, compare=False)
+
+    def __init__(
+        self,
+        *,
+        inherit: Iterable[ConversationValue[Any]] = (),
+        set: Iterable[
+            tuple[ConversationValue[Any], Any]
+        ] = (),  # §4.3's word; shadows the builtin here only
+    ) -> None:
+        selected: dict[tuple[str, str], ConversationValue[Any]] = {}
+        for address in _sequence(inherit, "inherit", "conversation value addresses"):
+            checked = _scalar_conversation_address(address, "Initialization(inherit=...)")
+            selected.setdefault((checked.namespace, checked.storage_key), checked)
+        pairs: list[tuple[ConversationValue[Any], Any]] = []
+        texts: list[str] = []
+        overridden: dict[tuple[str, str], None] = {}  # (``set`` is the argument here)
+        for pair in _sequence(set, "set", "(address, value) pairs"):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidArgumentError(
+                    "each Initialization(set=...) item is an (address, value) pair, got "
+                    f"{type(pair).__name__} {pair!r:.80}"
+                )
+            address = _scalar_conversation_address(pair[0], "Initialization(set=...)")
+            ident = (address.namespace, address.storage_key)
+            if ident in overridden:
+                raise InvalidArgumentError(
+                    f"Initialization(set=...) overrides {address.namespace!r}"
+                    f"{'' if address.key is None else f' key {address.key!r}'} twice; "
+                    "give each address one value"
+                )
+            overridden[ident] = None
+            text = address.encode(pair[1])
+            texts.append(text)
+            pairs.append((address, address.decode(text)))  # a copy: later edits don't leak
+        object.__setattr__(self, "inherit", tuple(selected.values()))
+        object.__setattr__(self, "set", tuple(pairs))
+        object.__setattr__(self, "_texts", tuple(texts))
+
+    @classmethod
+    def of(cls, selection: Initialization | Iterable[ConversationValue[Any]]) -> Initialization:
+        """An ``Initialization`` as given, or one that inherits a plain list of addresses
+        (the ``sticky=[address, ...]`` shorthand)."""
+        if isinstance(selection, Initialization):
+            return selection
+        return cls(inherit=selection)
+
+    @property
+    def overrides(self) -> tuple[tuple[ConversationValue[Any], str], ...]:
+        """The overrides with their validated stored JSON text, in the given order."""
+        return tuple((a, t) for (a, _), t in zip(self.set, self._texts, strict=True))
+
+    @property
+    def addresses(self) -> tuple[ConversationValue[Any], ...]:
+        """Every address this initialization touches, selected first."""
+        return self.inherit + tuple(a for a, _ in self.set)
 
 
 def scope_of(address: Address[Any], conversation_id: int | None) -> str:

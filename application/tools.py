@@ -19,7 +19,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from pico.application.model import ToolSpec, Usage
-from pico.domain.errors import CommandRejectedError, InvalidJsonError, PicoError
+from pico.domain.errors import (
+    CommandRejectedError,
+    InvalidArgumentError,
+    InvalidJsonError,
+    PicoError,
+)
 from pico.domain.json import JsonObject, JsonValue, check_json, strict_json
 
 __all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolOutcome", "ToolRegistry"]
@@ -151,18 +156,28 @@ Execute = Callable[[JsonObject, ToolContext], Awaitable[str | None]]
 @dataclass(frozen=True)
 class Tool:
     """A capability offered to the model. ``execute(args, ctx)`` may return final text (or
-    write it through ``ctx.write``); ordinary exceptions become error results."""
+    write it through ``ctx.write``); ordinary exceptions become error results.
+
+    ``sequential=True`` makes each call of this tool a barrier within its response (§5.4):
+    it starts only after every earlier call of the same response has settled, and every
+    later call starts only after it has settled. Other calls keep running in parallel."""
 
     name: str
     description: str
     parameters: JsonObject
     execute: Execute
     replay: Literal["safe", "never"] = "never"
+    sequential: bool = False
     _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise CommandRejectedError("a tool needs a name")
+        if type(self.sequential) is not bool:
+            raise InvalidArgumentError(
+                f"tool {self.name!r}: sequential must be True or False, got "
+                f"{self.sequential!r} ({type(self.sequential).__name__})"
+            )
         schema = strict_json(self.parameters, what=f"tool {self.name!r} parameters")
         try:
             Draft202012Validator.check_schema(schema)  # type: ignore[arg-type]

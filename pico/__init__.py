@@ -41,6 +41,7 @@ from pico.application.scheduler import DriveOutcome, Execution, StaleExecutionEr
 from pico.application.state import (
     ConversationList,
     ConversationValue,
+    Initialization,
     SessionList,
     SessionValue,
     WorkingList,
@@ -151,6 +152,7 @@ __all__ = [
     "Harness",
     "HistoricalReadError",
     "Hooks",
+    "Initialization",
     "InputResult",
     "InvalidArgumentError",
     "InvalidJsonError",

@@ -17,7 +17,18 @@ from pico.application.tools import ToolRegistry
 from pico.domain.json import JsonValue
 from pico.domain.values import TaskSnapshot
 
-__all__ = ["AgentServices", "append_frame", "ints", "json_list", "names", "task_state"]
+__all__ = [
+    "TOOL_EXECUTION",
+    "AgentServices",
+    "append_frame",
+    "ints",
+    "json_list",
+    "names",
+    "task_state",
+]
+
+#: How a generation's tool calls run (§5.4): all at once, or one after another in call order.
+TOOL_EXECUTION = ("parallel", "sequential")
 
 
 @dataclass
@@ -38,6 +49,7 @@ class AgentServices:
     hooks: Hooks = field(default_factory=Hooks)
     active_tools: list[str] | None = None  # offered at first; None offers every tool
     context_budget: int | None = None  # estimated tokens; over it, collapse before a request
+    tool_execution: str = "parallel"  # or "sequential": each call after the one before (§5.4)
 
 
 def ints(value: JsonValue) -> list[int]:

@@ -12,8 +12,11 @@
 generation commits streaming intent, projects the context, streams from the model provider
 into its working scope, then settles in ONE command: a final answer resolves the input
 group and places queued input (§8.2); tool calls publish the assistant entry, one tool task
-per call and the ``post_tools`` join after all of them (``tool.py``, ``join.py``). Over the
-context budget, or on overflow, it waits for one captured collapse (``collapse.py``).
+per call and the ``post_tools`` join after all of them (``tool.py``, ``join.py``). The calls
+run in parallel unless the captured ``tool_execution`` policy is ``"sequential"`` or a tool
+is ``sequential``: then ``after`` edges chain them in call order (``tool_dependencies``, §5.4).
+Over the context budget, or on overflow, it waits for one captured collapse
+(``collapse.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pico.domain.json import JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
 
-__all__ = ["GenerationDefinition", "generation_state"]
+__all__ = ["GenerationDefinition", "generation_state", "tool_dependencies"]
 
 
 class GenerationDefinition(TaskDefinition):
@@ -195,6 +198,13 @@ class GenerationDefinition(TaskDefinition):
             decision = await self.services.hooks.decide_yield(outcome)  # outside the line
         usage = add_usage(state.get("usage"), outcome.usage)
         offered = names(state.get("tools"))
+        chain = tool_dependencies(
+            [
+                state.get("tool_execution") == "sequential"
+                or getattr(self.services.tools.get(c.name), "sequential", False)
+                for c in calls
+            ]
+        )
 
         def settle(tx: Command) -> None:
             cid = task.conversation_id
@@ -212,23 +222,25 @@ class GenerationDefinition(TaskDefinition):
                     metadata={"tool_calls": [c.id for c in calls], "usage": usage},
                 )
                 tx.append_context(cid, [entry])
-                tool_ids = [
-                    tx.create_task(
-                        cid,
-                        "tool",
-                        foreground=True,
-                        spawned_by=task.id,
-                        state={
-                            "call_id": c.id,
-                            "name": c.name,
-                            "arguments": c.arguments,
-                            "offered": json_list(offered),
-                            # A call cut off by max_tokens may be unusable: never run it.
-                            "truncated": outcome.stop_reason == "max_tokens",
-                        },
+                tool_ids: list[int] = []
+                for c, earlier in zip(calls, chain, strict=True):
+                    tool_ids.append(
+                        tx.create_task(
+                            cid,
+                            "tool",
+                            foreground=True,
+                            after=[tool_ids[i] for i in earlier],
+                            spawned_by=task.id,
+                            state={
+                                "call_id": c.id,
+                                "name": c.name,
+                                "arguments": c.arguments,
+                                "offered": json_list(offered),
+                                # A call cut off by max_tokens may be unusable: never run it.
+                                "truncated": outcome.stop_reason == "max_tokens",
+                            },
+                        )
                     )
-                    for c in calls
-                ]
                 tx.create_task(
                     cid,
                     "post_tools",
@@ -370,4 +382,28 @@ def generation_state(
         "tools": json_list(tools),
         "model": parent.get("model") or services.model,
         "max_attempts": parent.get("max_attempts") or services.max_attempts,
+        "tool_execution": parent.get("tool_execution") or services.tool_execution,
     }
+
+
+def tool_dependencies(sequential: Sequence[bool]) -> list[list[int]]:
+    """The ``after`` of each call of one response, as indexes of earlier calls (§5.4).
+
+    A sequential call (its tool is ``sequential``, or the generation's policy is) is a
+    barrier: it waits for every earlier call, and every later call waits for it. Calls
+    between two barriers run in parallel. Only the nearest edges are kept — the barrier
+    before, or the parallel calls since it — as the rest follow transitively: all
+    sequential gives ``B.after=[A]``, ``C.after=[B]``; none gives no edges at all.
+    """
+    edges: list[list[int]] = []
+    barrier: int | None = None  # the last sequential call so far
+    since: list[int] = []  # the parallel calls after it
+    for index, is_sequential in enumerate(sequential):
+        before = [barrier] if barrier is not None else []
+        if is_sequential:
+            edges.append(since or before)
+            barrier, since = index, []
+        else:
+            edges.append(before)
+            since.append(index)
+    return edges
