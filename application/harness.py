@@ -480,6 +480,13 @@ class Harness:
         check_limit(limit, maximum=1_000_000)  # a page is one list in memory: page on
         return self._line.storage.audit(after=after, limit=limit)
 
+    def audit_count(self, *, after: int = 0) -> int:
+        """How many stored events of this session follow position ``after`` (a count on
+        the log's index; nothing is decoded): what is left to page through."""
+        self._line.check_usable()
+        check_position(after, "after")
+        return self._line.storage.count_events(after=after)
+
 
 def _create_root(tx: Command, values: Iterable[tuple[Address[Any], Any]] = ()) -> int:
     """Empty storage only: the root conversation and the initial values, in one commit."""
@@ -488,13 +495,6 @@ def _create_root(tx: Command, values: Iterable[tuple[Address[Any], Any]] = ()) -
     for address, value in values:
         if isinstance(address, ConversationValue):
             tx.set_value(address, value, conversation_id=root)
-    def audit_count(self, *, after: int = 0) -> int:
-        """How many stored events of this session follow position ``after`` (a count on
-        the log's index; nothing is decoded): what is left to page through."""
-        self._line.check_usable()
-        check_position(after, "after")
-        return self._line.storage.count_events(after=after)
-
         else:
             tx.set_value(address, value)
     return root
