@@ -261,25 +261,16 @@ class GenerationDefinition(TaskDefinition):
                         cid, "user", decision.message, metadata={"yield": True}, by_task_id=task.id
                     )
                     tx.append_context(cid, [nudge])
-                    nxt = inputs
-                else:
-                    set_results(tx, inputs, {"status": "done", "entry_id": entry})
-                    # The answer boundary: safe writes, steering and follow-ups start a new
-                    # group.
-                    nxt = place(
-                        tx,
-                        cid,
-                        ("write", "steer", "follow_up"),
-                        selection=self.services.queue_selection,
-                    )
-                if nxt:
                     tx.create_task(
                         cid,
                         "generation",
                         foreground=True,
                         spawned_by=task.id,
-                        state=generation_state(self.services, nxt, offered, state),
+                        state=generation_state(self.services, inputs, offered, state),
                     )
+                else:
+                    set_results(tx, inputs, {"status": "done", "entry_id": entry})
+                    self._answer_boundary(tx, task, state)
             tx.patch_task(task.id, status="done", state={**state, "usage": usage})
             tx.retire_working_scope(ctx.working_scope)
 
@@ -340,6 +331,24 @@ class GenerationDefinition(TaskDefinition):
 
         await ctx.command(fail)
 
+    def _answer_boundary(
+        self, tx: Command, task: TaskSnapshot, state: dict[str, JsonValue]
+    ) -> None:
+        """After the input group is resolved: safe writes, steering and follow-ups start a
+        new group, with a generation of its own (§8.2)."""
+        cid = task.conversation_id
+        nxt = place(
+            tx, cid, ("write", "steer", "follow_up"), selection=self.services.queue_selection
+        )
+        if nxt:
+            tx.create_task(
+                cid,
+                "generation",
+                foreground=True,
+                spawned_by=task.id,
+                state=generation_state(self.services, nxt, names(state.get("tools")), state),
+            )
+
     async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = task_state(task)
         if task.status == "polling":  # the handle survives: poll again
@@ -349,13 +358,62 @@ class GenerationDefinition(TaskDefinition):
                 )
             )
             return
-        # An interrupted stream published nothing: retry within the budget, never fabricate.
+        # A stream cut off by a crash (§8.3). Its committed frames are the partial answer.
+        if await ctx.command(lambda tx: self._publish_interrupted(tx, task, ctx, state)):
+            return
+        # No committed partial: nothing was published; retry within the budget or fail,
+        # never fabricate an answer.
         await self._failed_attempt(
             task,
             ctx,
             state,
             ProviderError("the stream was interrupted", kind="retryable", retry_after=0.0),
         )
+
+    def _publish_interrupted(
+        self, tx: Command, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
+    ) -> bool:
+        """With committed frames, publish them as the answer marked interrupted and settle
+        the input group ``interrupted`` in ONE command; True when it did (or an abort owns
+        the task). Frames carry only text: a response's tool calls arrive whole with its
+        end and are published in the same command as the settlement, so a partial never
+        announces a call and no call needs an error result here."""
+        if tx.abort_marked(task.id) is not False:
+            return True  # cancellation won: the abort handler settles (§6.4)
+        frames = working_list("pico.frames", str, scope=ctx.working_scope)
+        parts: list[str] = []
+        after: int | None = None
+        while True:
+            page = tx.read_list(frames, after=after, limit=100)
+            parts.extend(e.value for e in page.items)
+            if page.next is None:
+                break
+            after = page.next
+        partial = "".join(parts)
+        if not partial:
+            return False
+        cid = task.conversation_id
+        entry = tx.append_entry(
+            cid,
+            "assistant",
+            {"text": partial},
+            by_task_id=task.id,
+            metadata={
+                "interrupted": True,
+                "stop_reason": "interrupted",
+                "usage": state.get("usage"),
+            },
+        )
+        tx.append_context(cid, [entry])
+        set_results(
+            tx,
+            ints(state.get("inputs")),
+            {"status": "interrupted", "entry_id": entry, "reason": "the stream was interrupted"},
+        )
+        self._answer_boundary(tx, task, state)
+        tx.patch_task(task.id, status="done", state={**state, "interrupted": True})
+        tx.retire_working_scope(ctx.working_scope)
+        return True
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         inputs = ints(task_state(task).get("inputs"))
