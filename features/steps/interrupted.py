@@ -72,7 +72,7 @@ def saved_part_is_the_answer(world: World, question: str) -> None:
     conv = pico.ConversationHandle(world.h, world.run(world.h.root()).id)
     result = world.run(conv.result(world.id(question)))
     assert result is not None and result.status == "interrupted", result
-    entry = world.run(world.h.entry(result.entry_id))  # type: ignore[arg-type]
+    entry = world.run(world.h.entry(result.entry_id))
     assert entry is not None and entry.content == {"text": world.addresses["saved"]}
     assert entry.metadata is not None and entry.metadata["interrupted"] is True
     assert world.run(world.h.read_list(world.addresses["frames"])).items == ()
