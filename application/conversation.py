@@ -8,6 +8,7 @@ and published.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,7 +29,12 @@ from pico.application.model import Message
 from pico.application.projection import Projection, project_context
 from pico.application.scheduler import DriveOutcome
 from pico.application.state import ConversationList, ConversationValue, Initialization
-from pico.domain.errors import CommandRejectedError, UnknownConversationError
+from pico.domain.errors import (
+    CommandRejectedError,
+    InvalidArgumentError,
+    LiveWorkError,
+    UnknownConversationError,
+)
 from pico.domain.ids import check_id, check_optional_id
 from pico.domain.json import JsonValue, dumps
 from pico.domain.values import (
@@ -47,6 +53,10 @@ if TYPE_CHECKING:
 __all__ = ["ConversationHandle"]
 
 T = TypeVar("T")
+
+
+class _DryRun(Exception):
+    """Raised by a builder to discard its batch after validating it (rewind's target)."""
 
 
 class ConversationHandle:
@@ -333,6 +343,57 @@ class ConversationHandle:
             )
         )
         return ConversationHandle(self.harness, new_id)
+
+    async def rewind(
+        self,
+        *,
+        at_entry: int | None = None,
+        as_of: int | None = None,
+        keep_running: bool = False,
+        sticky: Initialization | Sequence[ConversationValue[Any]] = (),
+        inherit_state: bool = True,
+    ) -> ConversationHandle:
+        """Go back to a historical target (§9.1): stop this conversation's foreground work,
+        then fork at ``at_entry`` (or main boundary ``as_of``) as ``fork`` does.
+
+        1. The target is validated first, by the fork's own rules (a dry run of the fork
+           command, discarded): an invalid target raises the fork's error
+           (``InvalidPositionError``, ``InvalidArgumentError``, ``AddressPolicyError``, ...)
+           and aborts nothing.
+        2. Unless ``keep_running``, the current foreground work is cancelled as ``abort()``
+           selects it, and the cancellation is drained: only marked tasks' cleanup runs (no
+           other effect starts) until none remains in this tree. An idle conversation
+           marks nothing. If the cleanup cannot finish now (it waits for the outside),
+           ``LiveWorkError`` is raised: the marks are durable, no fork was made; drive the
+           conversation and rewind again. ``keep_running=True`` leaves the work alone.
+        3. One fork command. It validates again against committed state: if the state
+           changed since step 1 (the conversation was deleted, say), the fork raises its
+           own error and the cancellation stays done.
+        """
+        if type(keep_running) is not bool:
+            raise InvalidArgumentError(f"keep_running must be True or False, got {keep_running!r}")
+
+        def build(tx: Command) -> int:
+            return tx.fork(
+                self.id, at_entry=at_entry, as_of=as_of, sticky=sticky, inherit_state=inherit_state
+            )
+
+        def dry_run(tx: Command) -> None:
+            build(tx)
+            raise _DryRun  # discards the batch: nothing written, no number consumed
+
+        with contextlib.suppress(_DryRun):
+            await self.harness.command(dry_run)
+        if not keep_running:
+            await self.abort()
+            outcome = await self.harness.scheduler.drive(self.id, cancellation_only=True)
+            if outcome != "idle":
+                raise LiveWorkError(
+                    f"rewind of conversation {self.id}: its foreground cancellation is "
+                    f"requested but not settled (the drain is {outcome}); no fork was made. "
+                    "Drive the conversation until it is idle, then rewind again"
+                )
+        return ConversationHandle(self.harness, await self.harness.command(build))
 
     # ------------------------------------------------------------------ scheduling (§6)
     async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:

@@ -255,16 +255,25 @@ class Scheduler:
 
     # ------------------------------------------------------------------ drive
     async def drive(
-        self, conversation_id: int | None = None, *, permits: Iterable[str] = ()
+        self,
+        conversation_id: int | None = None,
+        *,
+        permits: Iterable[str] = (),
+        cancellation_only: bool = False,
     ) -> DriveOutcome:
+        """``cancellation_only`` drains the selected cancellation in scope and starts no
+        other effect: only marked tasks are run (their cleanup), and the drive is idle once
+        none remains (a rewind drains its source this way, §9.1)."""
         try:
-            return await self._drive(conversation_id, permits)
+            return await self._drive(conversation_id, permits, cancellation_only)
         finally:
             # What a drive returns to its caller is durable: deferred settlements commit.
             if not self.line.closed:
                 self.line.flush()
 
-    async def _drive(self, conversation_id: int | None, permits: Iterable[str]) -> DriveOutcome:
+    async def _drive(
+        self, conversation_id: int | None, permits: Iterable[str], cancellation_only: bool
+    ) -> DriveOutcome:
         allowed = frozenset(permits)
         while True:
             if self.closed:
@@ -298,7 +307,7 @@ class Scheduler:
                     self._seal(observer)  # phase exit: settlement, new status, cancellation
                     del self.observers[observer.task_id]
             for task in live:
-                if task.id in self.executing:
+                if task.id in self.executing or (cancellation_only and not task.abort_requested):
                     continue
                 installed = self.observers.get(task.id)
                 if (
@@ -331,8 +340,10 @@ class Scheduler:
                     self._armed.add((task.id, task.updated_seq))
                     self._launch(task, "recover")
             running = any(t.id in self.executing for t in live)
-            if self._finished(conversation_id, live) and (
-                not running or conversation_id is not None
+            drained = cancellation_only and not any(t.abort_requested for t in live)
+            if drained or (
+                self._finished(conversation_id, live)
+                and (not running or conversation_id is not None)
             ):
                 changed.cancel()
                 return "idle"
