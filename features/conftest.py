@@ -15,6 +15,7 @@ from features.steps.interrupted import *  # noqa: F403
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
 from features.steps.library import World
 from features.steps.opening import *  # noqa: F403
+from features.steps.rewind import *  # noqa: F403
 from features.steps.shutdown import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
 from tests.backends import BACKENDS, make_backend, require_postgres
