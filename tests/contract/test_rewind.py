@@ -204,3 +204,36 @@ async def test_the_rewind_drain_runs_only_cleanup_and_starts_no_other_work(
     waiting = await h.task(detached)
     assert waiting is not None and waiting.status == "pending" and not waiting.abort_requested
     await h.close()
+
+
+async def test_a_drain_that_cannot_settle_raises_live_work_and_makes_no_fork(
+    backend: Backend,
+) -> None:
+    work = Scripted()
+    work.on_recover = lambda task, ctx: asyncio.sleep(0)  # a waiting task stays waiting
+    h = await backend.open(definitions=[work])
+    c = await h.root()
+    q = await c.append("user", "q")
+
+    def create(tx: pico.Command) -> tuple[int, int]:
+        owner = tx.create_task(c.id, "work", status="waiting", foreground=True)
+        child = tx.create_owned_conversation(owner)
+        return owner, tx.create_task(child, "work", status="waiting", foreground=False)
+
+    owner, detached = await h.command(create)
+    with pytest.raises(pico.LiveWorkError):
+        # The marked owner settles only after its child's work, which nobody cancelled.
+        await _bounded(c.rewind(at_entry=q))
+    marked = await h.task(owner)
+    assert marked is not None and marked.abort_requested and marked.live
+    assert [conv.id for conv in (await h.conversations(limit=10)).items] == [
+        c.id,
+        marked.owned_conversation_id,
+    ]  # no fork was made
+    # Check: once the child's work is cancelled too, rewinding again drains and forks.
+    assert await c.abort_background() == [detached]
+    fork = await _bounded(c.rewind(at_entry=q))
+    settled = await h.get_tasks([owner, detached])
+    assert all(t.status == "aborted" for t in settled.values())
+    assert fork.id > max(t.updated_seq for t in settled.values())
+    await h.close()
