@@ -169,15 +169,8 @@ class SqlDatabase:
             self.reader = self.loader = self.writer.execution_options(
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
             )
-            try:
-                with self.reader.connect() as conn:
-                    found = conn.exec_driver_sql("SELECT to_regclass('pico_schema')").scalar()
-            except Exception as exc:
-                self.close()
-                translated = self.translate(exc, "connecting")
-                if translated is exc:
-                    raise
-                raise translated from exc
+            with self._closing_on_failure("connecting"), self.reader.connect() as conn:
+                found = conn.exec_driver_sql("SELECT to_regclass('pico_schema')").scalar()
             self.has_schema = found is not None
         else:
             self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
@@ -185,18 +178,22 @@ class SqlDatabase:
             self._setup()
 
     def _setup(self) -> None:
-        try:
-            with self.writer.begin() as conn:
-                if self.dialect == "postgresql":
-                    # Serialize concurrent first-time setup across processes.
-                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
-                t.setup(conn)
-        except Exception as exc:
-            self.close()
-            translated = self.translate(exc, "setting up pico's tables")
-            if translated is exc:
+        with self._closing_on_failure("setting up pico's tables"), self.writer.begin() as conn:
+            if self.dialect == "postgresql":
+                # Serialize concurrent first-time setup across processes.
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
+            t.setup(conn)
+
+    @contextmanager
+    def _closing_on_failure(self, doing: str) -> Iterator[None]:
+        """An opening step: on any failure release the engines, then raise the driver
+        error as its ``PicoError`` (``translating``)."""
+        with self.translating(doing):
+            try:
+                yield
+            except BaseException:
+                self.close()
                 raise
-            raise translated from exc
 
     def translate(self, exc: BaseException, doing: str) -> BaseException:
         """The ``PicoError`` for a driver error met while ``doing`` something, or ``exc``
