@@ -8,16 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pico
 from pico import FauxProvider
 from tests.backends import Backend
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import spawn_child
 
 CHUNK = "abcdefghij" * 10  # 100 characters
 #: Six chunks fill one frame (>= 512 characters): it is committed before the seventh.
@@ -58,15 +54,7 @@ CHILD = textwrap.dedent(
 
 async def _crash_mid_stream(backend: Backend, *, chunks: int, budget: int) -> None:
     """Run a child that streams ``chunks`` chunks and hangs; SIGKILL it once it says so."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    args = [str(chunks), str(budget), CHUNK]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, backend.url, backend.session, *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = spawn_child(CHILD, backend.url, backend.session, str(chunks), str(budget), CHUNK)
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=30)

@@ -6,15 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 from tests.backends import Backend
+from tests.processes import spawn_child
 from tests.scheddefs import Scripted
-
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
     """
@@ -42,14 +38,7 @@ CHILD = textwrap.dedent(
 
 
 async def test_a_process_killed_mid_effect_leaves_work_to_recover(sql_backend: Backend) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, sql_backend.url, sql_backend.session],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = spawn_child(CHILD, sql_backend.url, sql_backend.session)
     assert proc.stdout is not None
     line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=30)
     tid = int(line.split()[1])

@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pico
 from pico import FauxProvider
 from tests.backends import Backend
 from tests.contract.test_agent import SCHEMA
+from tests.processes import spawn_child
 from tests.scheddefs import Scripted
-
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
     """
@@ -87,14 +82,7 @@ CHILD = textwrap.dedent(
 async def test_a_process_killed_after_the_shutdown_marks_is_settled_by_the_next_owner(
     sql_backend: Backend,
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, sql_backend.url, sql_backend.session],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = spawn_child(CHILD, sql_backend.url, sql_backend.session)
     assert proc.stdout is not None
     line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=60)
     assert proc.wait(timeout=30) == -signal.SIGKILL
