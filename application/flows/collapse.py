@@ -1,8 +1,8 @@
 """Collapse (§8.5), including speculative completion.
 
     status       role       transitions
-    pending      ready      -> summarizing | declined | failed | aborted
-    summarizing  inflight   -> parked | done | stale | failed | aborted
+    pending      ready      -> summarizing | declined | stale | failed | aborted
+    summarizing  inflight   -> pending | parked | done | stale | failed | aborted
     parked       waiting    -> done | stale | aborted   (a complete candidate)
     done, stale, declined, failed, aborted   terminal
 
@@ -10,6 +10,15 @@
 through the cut point (no tool call open) is computed while the conversation may be busy,
 then published in place of that prefix only when the context is editable and the prefix
 unchanged; a competing edit makes the candidate stale.
+
+One attempt, in commands: ``{ summarizing: cut point and prefix revision captured }`` →
+the summarizer → ``{ candidate: summary + reported usage, phase "candidate" }`` →
+``{ publish | park | stale }``. Recovery of a ``summarizing`` task (its process died)
+reuses a recorded candidate — published, parked or made stale exactly as the normal path
+does, without asking the summarizer again and without adding its usage twice — and with
+no candidate retries (back to ``pending``, the same cut point) within the captured
+``max_attempts``, or fails; a generation waiting on it then proceeds with its context
+unchanged.
 """
 
 from __future__ import annotations
@@ -49,8 +58,9 @@ class CollapseDefinition(TaskDefinition):
         "aborted": "terminal",
     }
     transitions = {
-        "pending": ["summarizing", "declined", "failed", "aborted"],
-        "summarizing": ["parked", "done", "stale", "failed", "aborted"],
+        "pending": ["summarizing", "declined", "stale", "failed", "aborted"],
+        # back to pending: an interrupted attempt retried within the budget (recover)
+        "summarizing": ["pending", "parked", "done", "stale", "failed", "aborted"],
         "parked": ["done", "stale", "aborted"],
     }
 
@@ -65,12 +75,24 @@ class CollapseDefinition(TaskDefinition):
             await ctx.command(lambda tx: tx.patch_task(task.id, status="declined"))
             return
         snapshot = ctx.reads.get_conversations([cid]).get(cid)
-        through = _cut_point(ctx.reads, snapshot.context if snapshot else ())
+        if snapshot is not None and isinstance(state.get("revision"), int):
+            # A retry of an interrupted attempt keeps its captured cut point: a prefix
+            # edited since makes it stale without asking the summarizer again.
+            captured_through = state.get("through")
+            through = (
+                captured_through
+                if snapshot.prefix_revision == state.get("revision")
+                and isinstance(captured_through, int)
+                and captured_through in snapshot.context
+                else None
+            )
+            reason = "the prefix changed before the retry"
+        else:
+            through = _cut_point(ctx.reads, snapshot.context if snapshot else ())
+            reason = "nothing to collapse"
         if snapshot is None or through is None:
             await ctx.command(
-                lambda tx: tx.patch_task(
-                    task.id, status="stale", state={**state, "reason": "nothing to collapse"}
-                )
+                lambda tx: tx.patch_task(task.id, status="stale", state={**state, "reason": reason})
             )
             return
         captured: dict[str, JsonValue] = {
@@ -98,14 +120,33 @@ class CollapseDefinition(TaskDefinition):
                 working_list("pico.frames", str, scope=ctx.working_scope),
             )
         except ProviderError as error:
-            failed = {**captured, "error": str(error), "usage": add_usage(None, error.usage)}
-            await ctx.command(lambda tx: tx.patch_task(task.id, status="failed", state=failed))
+            failed = {
+                **captured,
+                "error": str(error),
+                "usage": add_usage(captured.get("usage"), error.usage),
+            }
+
+            def fail(tx: Command) -> None:
+                tx.patch_task(task.id, status="failed", state=failed)
+                tx.retire_working_scope(ctx.working_scope)
+
+            await ctx.command(fail)
             return
         if not isinstance(outcome, Response):
             return  # signalled, or deferred (not supported for summaries): the abort settles
-        summary = outcome.message.text
-        parked = {**captured, "summary": summary, "usage": add_usage(None, outcome.usage)}
-        await self._publish(task, ctx, parked)
+        # The attempt's outcome, durable before any publication (§8.5): the complete
+        # candidate and its reported usage, in ONE command. From here on a crash reuses
+        # this candidate; the summarizer is not asked again and the usage never re-added.
+        candidate: dict[str, JsonValue] = {
+            **captured,
+            "summary": outcome.message.text,
+            "usage": add_usage(captured.get("usage"), outcome.usage),
+            "phase": "candidate",
+        }
+        await ctx.command(lambda tx: tx.patch_task(task.id, state=candidate))
+        if ctx.signal.is_set():
+            return  # abort or close: the abort handler settles (usage kept); recovery reuses
+        await self._publish(task, ctx, candidate)
 
     async def _publish(
         self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
@@ -113,6 +154,8 @@ class CollapseDefinition(TaskDefinition):
         cid = task.conversation_id
 
         def publish(tx: Command) -> str:
+            if tx.abort_marked(task.id) is not False:
+                return "aborted"  # cancellation won: the abort handler settles (§6.4)
             snap = tx.get_conversation(cid)
             through = state.get("through")
             if (
@@ -165,15 +208,38 @@ class CollapseDefinition(TaskDefinition):
         ctx.observe(subscribe, reconcile)
 
     async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
+        state = task_state(task)
         if task.status == "parked":  # a durable complete candidate: re-arm the predicate
             self._observe(task, ctx)
             return
-        # Interrupted while summarizing: nothing was published; try again from the start.
-        await ctx.command(
-            lambda tx: tx.patch_task(
-                task.id, status="failed", state={**task_state(task), "error": "interrupted"}
-            )
-        )
+        # Interrupted while summarizing (its process died, or its owner closed).
+        if state.get("phase") == "candidate" and isinstance(state.get("summary"), str):
+            # The attempt's outcome was recorded: publish, park or go stale exactly as the
+            # normal path does, from the recorded candidate and its recorded usage.
+            await self._publish(task, ctx, state)
+            return
+        # No complete candidate: nothing was published and no usage is known. Retry from
+        # the same cut point within the captured budget, or fail.
+        attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
+        budget = state.get("max_attempts")
+        limit = budget if isinstance(budget, int) else self.services.max_attempts
+
+        def retry_or_fail(tx: Command) -> None:
+            if tx.abort_marked(task.id) is not False:
+                return  # cancellation won: the abort handler settles (§6.4)
+            if attempt < limit:
+                tx.patch_task(task.id, status="pending", state={**state, "attempt": attempt})
+            else:
+                error = f"the summary was interrupted after {attempt} attempt(s) of {limit}"
+                tx.patch_task(
+                    task.id,
+                    status="failed",
+                    state={**state, "attempt": attempt, "error": error},
+                )
+            # The interrupted attempt's frames are discarded; a retry starts a fresh scope.
+            tx.retire_working_scope(ctx.working_scope)
+
+        await ctx.command(retry_or_fail)
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         def cancel(tx: Command) -> None:
@@ -226,5 +292,9 @@ def start_collapse(
         conversation_id,
         "collapse",
         foreground=True,
-        state={"instructions": instructions, "model": services.model},
+        state={
+            "instructions": instructions,
+            "model": services.model,
+            "max_attempts": services.max_attempts,  # the retry budget, captured (§8.5)
+        },
     )
