@@ -316,19 +316,28 @@ class Command:
             ) from exc
         self._alloc()
         self.touched[seq] = conv
+        self._initialize(source_id, seq, init)
+        return seq
+
+    def _initialize(self, source_id: int, target_id: int, init: Initialization) -> None:
+        """§4.3: copy the selected values' CURRENT source contents into ``target_id`` (a
+        selected absent value stays absent; each is read as the source sees it, through
+        its own rewind policy), then apply the overrides. A copy, not a live link."""
         overridden = {(a.namespace, a.storage_key) for a, _ in init.set}
         for address in init.inherit:
             if (address.namespace, address.storage_key) in overridden:
                 continue  # the override is applied below; the copy would be overwritten
             current = self._state.get_value(
-                conversation_scope(source_id), address.namespace, address.storage_key, rewind=False
+                conversation_scope(source_id),
+                address.namespace,
+                address.storage_key,
+                rewind=address.rewind,
             )
             if current is not None:
                 address.decode(current[1])  # copy through the selected type, or refuse
-                self._write(address, "set", current[1], conversation_id=seq)
+                self._write(address, "set", current[1], conversation_id=target_id)
         for address, text in init.overrides:
-            self._write(address, "set", text, conversation_id=seq)
-        return seq
+            self._write(address, "set", text, conversation_id=target_id)
 
     def append_entry(
         self,
@@ -785,9 +794,24 @@ class Command:
         self.touched_tasks[task_id] = task
         return True
 
-    def create_owned_conversation(self, owner_task_id: int) -> int:
-        """A child conversation owned by a task; both links commit together (§5.7)."""
+    def create_owned_conversation(
+        self,
+        owner_task_id: int,
+        *,
+        context: Sequence[int] = (),
+        values: Initialization | None = None,
+        values_from: int | None = None,
+    ) -> int:
+        """A child conversation owned by a task; both links commit together (§5.7).
+
+        ``context`` starts the child with those entries selected (an inherited context:
+        complete exchanges only; the entries stay where they are, nothing is copied).
+        ``values`` initializes the child's conversation values from ``values_from`` (the
+        owner's conversation by default): selected present values copied, then the
+        overrides (§4.3). This is initialization, not a historical fork: the child has no
+        fork source and no fallback to the parent's state."""
         self._main_only("create_owned_conversation")
+        context = check_ids(context, "context")
         owner = self._task(owner_task_id)
         if owner.abort_requested:
             raise TaskGraphError(
@@ -795,18 +819,35 @@ class Command:
             )
         if owner.terminal:
             raise TerminalTaskError(owner_task_id, owner.status)
+        init = None if values is None else Initialization.of(values)
+        source = owner.conversation_id if values_from is None else values_from
+        refs = self._refs(list(context))
         conversation_id = self._peek()
-        conv = Conversation.start(
-            session_id=self._line.session_id,
-            conversation_id=conversation_id,
-            owner_task_id=owner_task_id,
-        )
+        try:
+            conv = Conversation.start(
+                session_id=self._line.session_id,
+                conversation_id=conversation_id,
+                owner_task_id=owner_task_id,
+                context=context,
+                refs=refs,
+            )
+        except ExchangeSplitError as exc:
+            raise InvalidPositionError(
+                f"cannot start a child conversation with that context: {exc}"
+            ) from exc
         self._alloc()
         self.touched[conversation_id] = conv
         owner.link_owned_conversation(seq=self._peek(), conversation_id=conversation_id)
         self._alloc()
         self.touched_tasks[owner_task_id] = owner
+        if init is not None:
+            self._initialize(source, conversation_id, init)
         return conversation_id
+
+    def owner_of(self, conversation_id: int) -> int | None:
+        """The task owning ``conversation_id`` (§5.7), None for an unowned one; read from
+        the conversation aggregate the line keeps, so a routine boundary reads nothing."""
+        return self._conversation(conversation_id).owner_task_id
 
     def get_task(self, task_id: int) -> TaskSnapshot | None:
         return self._tasks.get_tasks([task_id]).get(task_id)

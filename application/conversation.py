@@ -25,6 +25,7 @@ from pico.application.flows.inputs import (
     queue_address,
     set_results,
 )
+from pico.application.flows.subagent import launch
 from pico.application.model import Message
 from pico.application.projection import Projection, project_context
 from pico.application.scheduler import DriveOutcome
@@ -396,6 +397,52 @@ class ConversationHandle:
         return ConversationHandle(self.harness, await self.harness.command(build))
 
     # ------------------------------------------------------------------ scheduling (§6)
+    async def spawn(
+        self,
+        prompt: JsonValue,
+        *,
+        context: str = "fresh",
+        values: Initialization | Sequence[ConversationValue[Any]] | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> int:
+        """Start a subagent (§4.3, §5.7, §8.6); returns its owner task id S.
+
+        ONE command creates S, the child conversation it owns, the child's initial values
+        (``values=Initialization(inherit=[...], set=[...])``: the selected present values
+        of this conversation copied, then the overrides; anything unselected is absent in
+        the child, with no fallback here; lists are never copied), its context
+        (``"fresh"``: empty; ``"inherit"``: this conversation's context up to its last
+        complete-exchange boundary, never an unresolved call), the prompt selected there
+        and the child's first generation, offered ``tools`` (default: the tools a new
+        input is offered). Nothing runs until that command is durable.
+
+        S is detached background work (§5.6): this conversation's ``drive()`` neither
+        waits for it nor aborts it with ``abort()``; ``harness.drive()`` supervises it, and
+        ``abort_background(S)`` cancels S and everything in its child. The child's final
+        answer (or failure, or stop) settles S in the same command: ``harness.task(S)``
+        shows ``status`` done | failed | stopped | aborted and ``state["result"]``
+        (``{"status": "done", "entry_id": answer}``, ...). ``S.owned_conversation_id`` is
+        the child; ``harness.conversation(child)`` drives or reads it directly.
+
+        Raises:
+            InvalidJsonError: the prompt is not strict JSON.
+            InvalidArgumentError: ``context`` is not fresh|inherit, or ``tools`` names an
+                unregistered tool.
+            AddressPolicyError: ``values`` selects a list, session or working address.
+            CommandRejectedError: this harness has no model provider.
+        """
+        services = self.harness.services
+        if services is None:
+            raise CommandRejectedError(
+                "this harness has no model provider: open it with Harness.open(provider=...)"
+            )
+        init = None if values is None else Initialization.of(values)  # checked first
+        return await self.harness.command(
+            lambda tx: launch(
+                tx, services, self.id, prompt, context=context, values=init, tools=tools
+            )
+        )
+
     async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:
         """Execute work in this conversation and the conversations its tasks own. ``idle``
         when no required foreground work or selected cancellation remains; detached
@@ -414,7 +461,10 @@ class ConversationHandle:
         def build(tx: Command) -> list[int]:
             live = scheduler.live_tasks(self.id)
             by_id = {t.id: t for t in live}
-            selected = {t.id for t in live if t.foreground}
+            cache: dict[int, bool] = {}
+            # Foreground work here and in children owned through foreground owners; the
+            # foreground work of a detached child is not required here (§5.6).
+            selected = {t.id for t in live if scheduler.required(t, self.id, cache)}
             frontier = list(selected)
             while frontier:  # unfinished dependencies are required work too
                 task = by_id.get(frontier.pop())
@@ -461,14 +511,22 @@ class ConversationHandle:
             live = scheduler.live_tasks(self.id)
             by_id = {t.id: t for t in live}
             required: set[int] = set()
-            frontier = [t.id for t in live if t.foreground]
+            chain: dict[int, bool] = {}
+            frontier = [t.id for t in live if scheduler.required(t, self.id, chain)]
             while frontier:
                 tid = frontier.pop()
                 if tid in required:
                     continue
                 required.add(tid)
                 frontier.extend(d for d in by_id[tid].after if d in by_id)
-            roots = [t for t in live if t.id not in required]
+            # Detached roots: not required, and not inside a detached owner's subtree
+            # (that work is selected with its owner, not on its own).
+            roots = [
+                t
+                for t in live
+                if t.id not in required
+                and scheduler.owned_through_foreground(t.conversation_id, self.id, chain)
+            ]
             if task_id is not None:
                 roots = [t for t in roots if t.id == task_id]
                 if not roots:

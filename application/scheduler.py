@@ -253,6 +253,46 @@ class Scheduler:
             cache[c] = result
         return result
 
+    def required(self, task: TaskSnapshot, root: int, cache: dict[int, bool]) -> bool:
+        """Is ``task`` (in ``root``'s tree) required foreground work of ``root`` (§5.6)? A
+        foreground task whose conversation is ``root``, or is owned through foreground
+        owners only. Below a detached (background) owner, foreground work is that owner's
+        business: a drive or abort of ``root`` neither waits for it nor selects it."""
+        return task.foreground and self.owned_through_foreground(task.conversation_id, root, cache)
+
+    def owned_through_foreground(
+        self, conversation_id: int, root: int, cache: dict[int, bool]
+    ) -> bool:
+        path: list[int] = []
+        conv: int | None = conversation_id
+        result = False
+        while conv is not None:
+            if conv in cache:
+                result = cache[conv]
+                break
+            path.append(conv)
+            if conv == root:
+                result = True
+                break
+            owner = self.line.storage.reads.owners([conv]).get(conv)
+            task = None if owner is None else self.line.storage.tasks.get_tasks([owner]).get(owner)
+            if task is None or not task.foreground:
+                break
+            conv = task.conversation_id
+        for c in path:
+            cache[c] = result
+        return result
+
+    def marked_owner(self, conversation_id: int) -> TaskSnapshot | None:
+        """The live owner of ``conversation_id`` if it is marked for cancellation: a drive
+        of the owned child may finish that owner's cancellation once the child's selected
+        work is terminal (§6.5), though the owner lives in the parent."""
+        owner = self.line.storage.reads.owners([conversation_id]).get(conversation_id)
+        if owner is None:
+            return None
+        task = self.line.storage.tasks.get_tasks([owner]).get(owner)
+        return task if task is not None and task.live and task.abort_requested else None
+
     # ------------------------------------------------------------------ drive
     async def drive(
         self,
@@ -286,6 +326,10 @@ class Scheduler:
                 # A dependency is satisfied when terminal (§5.3): in this snapshot, exactly
                 # when it is not among the session's live tasks, so no dependency is read.
                 live, session_live = self._live(conversation_id)
+                if conversation_id is not None:
+                    owner = self.marked_owner(conversation_id)
+                    if owner is not None:
+                        live.append(owner)
                 owners_live = {
                     t.id for t in live if t.abort_requested and self._owns_live_work(t, live)
                 }
@@ -371,13 +415,14 @@ class Scheduler:
         cache: dict[int, bool] = {}
         return any(t.id != task.id and self.in_tree(t.conversation_id, owned, cache) for t in live)
 
-    @staticmethod
-    def _finished(conversation_id: int | None, live: list[TaskSnapshot]) -> bool:
+    def _finished(self, conversation_id: int | None, live: list[TaskSnapshot]) -> bool:
         if conversation_id is None:
             return not live  # a session drive is idle only with no live task anywhere
         # A conversation drive waits for required foreground work and selected
-        # cancellation, not for detached background work (§6.2).
-        return not any(t.foreground or t.abort_requested for t in live)
+        # cancellation, not for detached background work (§6.2) nor the foreground work
+        # of a detached child.
+        cache: dict[int, bool] = {}
+        return not any(t.abort_requested or self.required(t, conversation_id, cache) for t in live)
 
     # ------------------------------------------------------------------ executions
     def _reconcile(self, task: TaskSnapshot, observer: _Observer) -> None:

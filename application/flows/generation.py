@@ -27,6 +27,7 @@ from pico.application.command import Command
 from pico.application.flows.collapse import start_collapse
 from pico.application.flows.common import AgentServices, ints, json_list, names, task_state
 from pico.application.flows.inputs import place, queued, set_results
+from pico.application.flows.owner import settle_owner
 from pico.application.flows.streaming import add_usage, stream_response
 from pico.application.hooks import YieldDecision
 from pico.application.model import (
@@ -42,7 +43,7 @@ from pico.application.model import (
 from pico.application.projection import project_context
 from pico.application.state import working_list
 from pico.application.tasks import TaskDefinition, TaskExecution
-from pico.domain.json import JsonValue
+from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
 
@@ -270,7 +271,8 @@ class GenerationDefinition(TaskDefinition):
                     )
                 else:
                     set_results(tx, inputs, {"status": "done", "entry_id": entry})
-                    self._answer_boundary(tx, task, state)
+                    if not self._answer_boundary(tx, task, state):
+                        settle_owner(tx, cid, {"status": "done", "entry_id": entry})
             tx.patch_task(task.id, status="done", state={**state, "usage": usage})
             tx.retire_working_scope(ctx.working_scope)
 
@@ -324,6 +326,7 @@ class GenerationDefinition(TaskDefinition):
 
         def fail(tx: Command) -> None:
             set_results(tx, inputs, {"status": "failed", "reason": str(error)})
+            settle_owner(tx, task.conversation_id, {"status": "failed", "reason": str(error)})
             tx.patch_task(
                 task.id, status="failed", state={**state, "attempt": attempt, "error": str(error)}
             )
@@ -333,9 +336,10 @@ class GenerationDefinition(TaskDefinition):
 
     def _answer_boundary(
         self, tx: Command, task: TaskSnapshot, state: dict[str, JsonValue]
-    ) -> None:
+    ) -> bool:
         """After the input group is resolved: safe writes, steering and follow-ups start a
-        new group, with a generation of its own (§8.2)."""
+        new group, with a generation of its own (§8.2). False when nothing follows: the
+        terminal foreground boundary, which settles a subagent owner (§8.6)."""
         cid = task.conversation_id
         nxt = place(
             tx, cid, ("write", "steer", "follow_up"), selection=self.services.queue_selection
@@ -348,6 +352,7 @@ class GenerationDefinition(TaskDefinition):
                 spawned_by=task.id,
                 state=generation_state(self.services, nxt, names(state.get("tools")), state),
             )
+        return bool(nxt)
 
     async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = task_state(task)
@@ -405,12 +410,14 @@ class GenerationDefinition(TaskDefinition):
             },
         )
         tx.append_context(cid, [entry])
-        set_results(
-            tx,
-            ints(state.get("inputs")),
-            {"status": "interrupted", "entry_id": entry, "reason": "the stream was interrupted"},
-        )
-        self._answer_boundary(tx, task, state)
+        outcome: JsonObject = {
+            "status": "interrupted",
+            "entry_id": entry,
+            "reason": "the stream was interrupted",
+        }
+        set_results(tx, ints(state.get("inputs")), outcome)
+        if not self._answer_boundary(tx, task, state):
+            settle_owner(tx, cid, outcome)
         tx.patch_task(task.id, status="done", state={**state, "interrupted": True})
         tx.retire_working_scope(ctx.working_scope)
         return True

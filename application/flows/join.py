@@ -16,7 +16,9 @@ from pico.application.command import Command
 from pico.application.flows.common import AgentServices, ints, names, task_state
 from pico.application.flows.generation import generation_state
 from pico.application.flows.inputs import place, set_results
+from pico.application.flows.owner import settle_owner
 from pico.application.tasks import TaskDefinition, TaskExecution
+from pico.domain.json import JsonObject
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
 
@@ -43,7 +45,9 @@ class PostToolsDefinition(TaskDefinition):
             tools = [found[i] for i in task.after if i in found]
             cid = task.conversation_id
             if any(isinstance(t.state, dict) and t.state.get("terminate") for t in tools):
-                set_results(tx, inputs, {"status": "stopped", "reason": "a tool terminated"})
+                stopped: JsonObject = {"status": "stopped", "reason": "a tool terminated"}
+                set_results(tx, inputs, stopped)
+                settle_owner(tx, cid, stopped)
             else:
                 handoffs = [
                     t.state.get("handoff")
