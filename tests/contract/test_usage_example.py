@@ -1,4 +1,4 @@
-"""§9.5 end-to-end usage, as far as this release goes (watch and spawn come later)."""
+"""§9.5 end-to-end usage, spawn included (watch comes with its own issue)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ async def test_the_end_to_end_usage_example(backend: Backend) -> None:
         [
             "The parser has two problems.",
             "a long answer that will be aborted",
+            "The tests look fine.",
             "Here is a loop-based implementation.",
         ],
         chunk_chars=3,
@@ -26,6 +27,13 @@ async def test_the_end_to_end_usage_example(backend: Backend) -> None:
 
     async def drive(conv: pico.ConversationHandle) -> str:
         task = asyncio.ensure_future(conv.drive())
+        while not task.done():
+            clock.advance(1.0)
+            await asyncio.sleep(0)
+        return task.result()
+
+    async def drive_session() -> str:
+        task = asyncio.ensure_future(h.drive())
         while not task.done():
             clock.advance(1.0)
             await asyncio.sleep(0)
@@ -53,6 +61,29 @@ async def test_the_end_to_end_usage_example(backend: Backend) -> None:
     assert (await c.result(second)).status == "cancelled"  # type: ignore[union-attr]
     assert await drive(c) == "idle"  # also covers a previously idle drive
     assert await h.drive() == "idle"  # supervises everything
+
+    # Application values copied into the child (which tools it is offered is spawn's
+    # tools=; here every registered tool, none).
+    active_tools = pico.conversation_value("demo.active-tools", list[str], rewind=False)
+    model = pico.conversation_value("demo.model", str, rewind=False)
+    await c.set_value(model, "faux-large")
+    child = await c.spawn(
+        "Inspect only tests",
+        context="fresh",
+        values=pico.Initialization(inherit=[model], set=[(active_tools, ["read"])]),
+    )
+    spawned = await h.task(child)
+    assert spawned is not None and spawned.status == "waiting"  # no effect started here
+    assert await drive_session() == "idle"  # supervise detached work too
+    spawned = await h.task(child)
+    assert spawned is not None and spawned.status == "done"
+    assert isinstance(spawned.state, dict) and spawned.state["result"]["status"] == "done"
+    kid = await h.conversation(spawned.owned_conversation_id or 0)
+    assert kid is not None
+    assert await kid.get_value(model) == "faux-large"
+    assert await kid.get_value(active_tools) == ["read"]
+    answer = await h.entry(spawned.state["result"]["entry_id"])
+    assert answer is not None and answer.content == {"text": "The tests look fine."}
 
     alternate = await c.fork(at_entry=completed_answer)
     third = await alternate.accept("Try a different implementation")
