@@ -16,9 +16,10 @@ from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, WorkingCommand
 from pico.application.conversation import ConversationHandle
 from pico.application.flows import AgentServices, agent_definitions
+from pico.application.flows.approval import decide
 from pico.application.flows.common import TOOL_EXECUTION
 from pico.application.flows.inputs import cancel_every_queued_input
-from pico.application.flows.tool import answer_held_call, decide_held_approval
+from pico.application.flows.tool import answer_held_call
 from pico.application.hooks import Hooks
 from pico.application.line import CommandLine
 from pico.application.model import ModelProvider
@@ -458,12 +459,49 @@ class Harness:
         check_json(content, what="tool answer")  # before the task is even looked up
         return await self.command(lambda tx: answer_held_call(tx, task_id, content, is_error))
 
-    async def decide_approval(self, task_id: int, decision: str) -> None:
-        """Grant or deny a tool call held for approval by the ``before_tool`` hook."""
-        await self.command(lambda tx: decide_held_approval(tx, task_id, decision))
+    async def decide_approval(self, task_id: int, decision: str) -> int:
+        """Grant or deny a tool call held for approval by the ``before_tool`` hook (§8.6).
+
+        ``task_id`` is the approval task (``pending_approvals()``); the held tool call's id
+        is accepted too and decides its live approval. ONE command: grant settles the
+        approval ``granted`` and makes the tool ready with the approved arguments (it runs
+        without asking ``before_tool`` again); deny settles it ``denied`` and the tool
+        finishes with the denial (``after_tool`` runs, the tool writes its own error
+        result). Validated before anything is written. Returns the approval task's id.
+
+        Raises:
+            InvalidArgumentError: ``decision`` is not ``"grant"`` or ``"deny"``, or the id
+                is not a task id.
+            UnknownTaskError: no task has this id.
+            CommandRejectedError: the task is not an approval (nor a held tool call); the
+                approval was decided or cancelled already (the message names its status);
+                the approval or its tool call is marked for cancellation.
+        """
+        return await self.command(lambda tx: decide(tx, task_id, decision))
+
+    async def pending_approvals(self, conversation_id: int | None = None) -> list[TaskSnapshot]:
+        """The approval tasks waiting for a decision, oldest first (all conversations, or
+        one). The same as ``tasks(kind="approval", live=True)``, paged through."""
+        if conversation_id is not None:
+            check_id(conversation_id, "conversation_id")
+        found: list[TaskSnapshot] = []
+        after: int | None = None
+        while True:
+            page = await self.tasks(
+                conversation_ids=None if conversation_id is None else [conversation_id],
+                live=True,
+                kind="approval",
+                after=after,
+                limit=1000,
+            )
+            found.extend(page.items)
+            if page.next is None:
+                return found
+            after = page.next
 
     async def held_tool_calls(self, conversation_id: int | None = None) -> list[TaskSnapshot]:
-        """Tool calls waiting for an outside answer."""
+        """Tool calls waiting for an outside answer (a deferred result, status ``held``);
+        calls waiting for a decision are ``pending_approvals()``."""
         page = await self.tasks(
             conversation_ids=None if conversation_id is None else [conversation_id],
             live=True,

@@ -1,16 +1,22 @@
-"""Tool execution (§8.4) and the outside answers to a held call (seed 000).
+"""Tool execution (§8.4), its approval hold (§8.6) and the outside answers to a held call
+(seed 000).
 
-    status      role        transitions
-    pending     ready       -> approval | running | done | aborted
-    approval    waiting     -> pending | done | aborted   (held by before_tool)
-    running     inflight    -> held | done | aborted
-    held        waiting     -> done | aborted             (the tool deferred its result)
-    done, aborted           terminal
+    status              role        transitions
+    pending             ready       -> awaiting_approval | running | done | aborted
+    awaiting_approval   waiting     -> pending | finishing | aborted   (after:[approval A])
+    finishing           ready       -> done | aborted     (the outcome came from elsewhere)
+    running             inflight    -> held | done | aborted
+    held                waiting     -> done | aborted     (the tool deferred its result)
+    approval            waiting     legacy: held with no approval task; recovery migrates it
+    done, aborted                   terminal
 
 A tool task validates and authorizes its call, persists the effective arguments and replay
 decision before invoking, and settles only itself with one tool result entry; the join
-(``join.py``) reads every outcome. ``decide_held_approval`` moves ``approval`` to
-``pending`` (grant) or ``done`` (deny); ``answer_held_call`` moves ``held`` to ``done``.
+(``join.py``) reads every outcome. A call held by ``before_tool`` waits on an approval task
+(``approval.py``); a grant makes it ``pending`` again with the approved arguments, a denial
+makes it ``finishing``: its state says what it finishes from (``{"finish": {"denied": ...}}``)
+and ``_finish`` runs the result hooks and writes its result. ``answer_held_call`` moves
+``held`` to ``done``.
 """
 
 from __future__ import annotations
@@ -18,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pico.application.command import Command
+from pico.application.flows.approval import AWAITING_APPROVAL, LEGACY_APPROVAL, hold, migrate
 from pico.application.flows.common import AgentServices, append_frame, names, task_state
 from pico.application.hooks import ToolCall
 from pico.application.state import working_list
 from pico.application.tasks import TaskDefinition, TaskExecution
 from pico.application.tools import ToolArgumentsError, ToolContext, ToolOutcome
 from pico.domain.errors import CommandRejectedError
-from pico.domain.ids import check_choice
 from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
@@ -33,7 +39,6 @@ __all__ = [
     "ToolCallAnsweredError",
     "ToolTaskDefinition",
     "answer_held_call",
-    "decide_held_approval",
 ]
 
 
@@ -42,15 +47,19 @@ class ToolTaskDefinition(TaskDefinition):
     initial_status = "pending"
     roles: dict[str, Role] = {
         "pending": "ready",
-        "approval": "waiting",  # held by before_tool until decide_approval
+        AWAITING_APPROVAL: "waiting",  # after:[A] until A is decided
+        "finishing": "ready",  # writes the outcome its state names (``_finish``)
+        LEGACY_APPROVAL: "waiting",  # stored before approvals were tasks; recover migrates
         "running": "inflight",
         "held": "waiting",  # the tool deferred its result to an outside answer
         "done": "terminal",
         "aborted": "terminal",
     }
     transitions = {
-        "pending": ["approval", "running", "done", "aborted"],
-        "approval": ["pending", "done", "aborted"],
+        "pending": [AWAITING_APPROVAL, "running", "done", "aborted"],
+        AWAITING_APPROVAL: ["pending", "finishing", "aborted"],
+        "finishing": ["done", "aborted"],
+        LEGACY_APPROVAL: [AWAITING_APPROVAL, "pending", "finishing", "done", "aborted"],
         "running": ["held", "done", "aborted"],
         "held": ["done", "aborted"],
     }
@@ -61,6 +70,9 @@ class ToolTaskDefinition(TaskDefinition):
     async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = task_state(task)
         name = str(state.get("name"))
+        if task.status == "finishing":
+            await self._finish(task, ctx, state)
+            return
         if state.get("truncated"):
             await self._result(
                 task,
@@ -82,15 +94,16 @@ class ToolTaskDefinition(TaskDefinition):
             if decision.action == "block":
                 await self._result(task, ctx, state, decision.result or "blocked", is_error=True)
                 return
-            if decision.action == "hold":
-                await ctx.command(lambda tx: tx.patch_task(task.id, status="approval"))
-                return
             if decision.arguments is not None:
-                try:  # a transformation is revalidated before it is used
+                try:  # a transformation is revalidated before it is used (or approved)
                     args = tool.validate(decision.arguments)
                 except ToolArgumentsError as exc:
                     await self._result(task, ctx, state, str(exc), is_error=True)
                     return
+            if decision.action == "hold":  # ONE command: { create approval A; tool after:[A] }
+                reason = decision.result
+                await ctx.command(lambda tx: hold(tx, task, args, reason))
+                return
         # Persist the effective arguments and replay decision BEFORE invocation (§8.4).
         running: dict[str, JsonValue] = {**state, "arguments": args, "replay": tool.replay}
         await ctx.command(lambda tx: tx.patch_task(task.id, status="running", state=running))
@@ -114,6 +127,36 @@ class ToolTaskDefinition(TaskDefinition):
             task,
             ctx,
             running,
+            outcome.text,
+            is_error=outcome.is_error,
+            control=_control(outcome),
+            images=outcome.images,
+        )
+
+    async def _finish(
+        self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
+    ) -> None:
+        """The ``finishing`` phase: the outcome came from elsewhere, named by
+        ``state["finish"]`` (``{"denied": reason}`` today). The result hooks process it and
+        the tool writes its own result and settles, as after a run."""
+        source = state.get("finish")
+        denied = source.get("denied") if isinstance(source, dict) else None
+        if isinstance(denied, str):
+            outcome = ToolOutcome(text=denied, is_error=True)
+        else:  # a source this version does not know: never a fabricated success
+            outcome = ToolOutcome(text=f"the tool cannot finish from {source!r}", is_error=True)
+        arguments = state.get("arguments")
+        call = ToolCall(
+            task.id,
+            str(state.get("call_id")),
+            str(state.get("name")),
+            arguments if isinstance(arguments, dict) else {},
+        )
+        outcome = await self.services.hooks.process_tool(call, outcome)
+        await self._result(
+            task,
+            ctx,
+            state,
             outcome.text,
             is_error=outcome.is_error,
             control=_control(outcome),
@@ -154,7 +197,10 @@ class ToolTaskDefinition(TaskDefinition):
 
     async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         state = task_state(task)
-        if task.status in ("held", "approval"):
+        if task.status == LEGACY_APPROVAL:  # migrate, never grant: { create A; after:[A] }
+            await ctx.command(lambda tx: migrate(tx, task.id))
+            return
+        if task.status in ("held", AWAITING_APPROVAL):
             return  # waiting for an outside answer or decision; nothing to arm
         if task.status == "running" and state.get("replay") == "safe":
             await self._rerun(task, ctx, state)  # replay allowed by the captured policy
@@ -252,26 +298,3 @@ def answer_held_call(tx: Command, task_id: int, text: str, is_error: bool) -> in
     tx.append_context(cid, [entry])
     tx.patch_task(task_id, status="done", state={**state, "result_entry": entry})
     return entry
-
-
-def decide_held_approval(tx: Command, task_id: int, decision: str) -> None:
-    """The approval channel (§9.1, seed 000): grant lets the held tool run (without asking
-    ``before_tool`` again); deny writes its error result. Validated before writing."""
-    check_choice(decision, "an approval decision", ("grant", "deny"))
-    task = tx.get_task(task_id)
-    if task is None or task.kind != "tool" or task.status != "approval":
-        raise CommandRejectedError(f"task {task_id} is not a tool call waiting for approval")
-    state = task_state(task)
-    if decision == "grant":
-        tx.patch_task(task_id, status="pending", state={**state, "approved": True})
-        return
-    cid = task.conversation_id
-    entry = tx.append_entry(
-        cid,
-        "tool",
-        {"content": "denied by approval", "is_error": True},
-        by_task_id=task_id,
-        metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
-    )
-    tx.append_context(cid, [entry])
-    tx.patch_task(task_id, status="done", state={**state, "result_entry": entry, "approved": False})

@@ -119,12 +119,14 @@ async def test_held_calls_wait_for_approval_across_a_restart(
     input_id = await c.accept("read it")
     assert await _bounded(c.drive()) == "suspended"
     tool = (await h.tasks(kind="tool", limit=1)).items[0]
-    assert tool.status == "approval" and tool.role == "waiting" and invoked == []
+    assert tool.status == "awaiting_approval" and tool.role == "waiting" and invoked == []
     await h.close()
     h = await open_harness(provider)
     with pytest.raises(pico.CommandRejectedError):
         await h.decide_approval(tool.id, "maybe")
-    await h.decide_approval(tool.id, decision)
+    # The held tool call's id is accepted for compatibility: it decides the call's approval.
+    (approval,) = await h.pending_approvals()
+    assert await h.decide_approval(tool.id, decision) == approval.id
     with pytest.raises(pico.CommandRejectedError):
         await h.decide_approval(tool.id, decision)  # decided once
     c = await h.root()
