@@ -27,7 +27,14 @@ from pico.domain.errors import (
 )
 from pico.domain.json import JsonObject, JsonValue, check_json, strict_json
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolOutcome", "ToolRegistry"]
+__all__ = [
+    "Tool",
+    "ToolArgumentsError",
+    "ToolContext",
+    "ToolDelegation",
+    "ToolOutcome",
+    "ToolRegistry",
+]
 
 #: Default cap on a tool's accumulated output text (characters).
 OUTPUT_CAP = 64_000
@@ -47,6 +54,49 @@ class ToolArgumentsError(PicoError):
     """The arguments a model produced do not satisfy the tool's JSON Schema."""
 
 
+@dataclass(frozen=True)
+class ToolDelegation:
+    """What a tool returns to hand its call to durable work instead of finishing it
+    itself (§5.5, §5.6, §9.3): a subagent launch. No in-process promise: the launch is
+    committed with the tool's own next status, and recovery needs nothing but the store.
+
+    ``background=False`` (foreground): ONE command creates the subagent owner S and moves
+    the call to ``finishing`` after S; the exchange cannot finish until S settles, then the
+    call reads S's result (the child's answer text, or its failure), runs ``after_tool``
+    and writes its own result. ``background=True``: ONE command creates S, writes the
+    call's result naming S (``details["subagent"]``) and settles the call; the exchange
+    goes on while S runs. ``context``, ``values`` and ``tools`` are ``spawn``'s: the
+    child's starting context (fresh | inherit: the parent's last complete exchange, never
+    this call), its initial values and its offered tools (default: the tools a new input
+    is offered, without the delegating tool itself, so a child does not recurse unless
+    you list it)."""
+
+    prompt: JsonValue
+    background: bool = False
+    context: str = "fresh"
+    values: Any = None  # an Initialization (or a list of addresses to inherit)
+    tools: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_json(self.prompt, what="delegated prompt")
+        if type(self.background) is not bool:
+            raise InvalidArgumentError(
+                f"ToolDelegation.background must be True or False, got {self.background!r}"
+            )
+        if self.context not in ("fresh", "inherit"):
+            raise InvalidArgumentError(
+                f"ToolDelegation.context must be 'fresh' or 'inherit', got {self.context!r}"
+            )
+        if self.tools is not None:
+            if isinstance(self.tools, (str, bytes)) or not all(
+                isinstance(t, str) for t in self.tools
+            ):
+                raise InvalidArgumentError(
+                    f"ToolDelegation.tools must be a list of tool names, got {self.tools!r:.80}"
+                )
+            object.__setattr__(self, "tools", tuple(self.tools))
+
+
 @dataclass
 class ToolOutcome:
     """What a tool run produced, assembled from its context; the join reads this."""
@@ -60,6 +110,7 @@ class ToolOutcome:
     handoff: JsonValue = None
     deferred: bool = False
     images: tuple[JsonObject, ...] = ()  # {"mime": ..., "data": base64}
+    delegation: ToolDelegation | None = None  # the call continues as a subagent
 
 
 class ToolContext:
@@ -150,13 +201,14 @@ class ToolContext:
         return out
 
 
-Execute = Callable[[JsonObject, ToolContext], Awaitable[str | None]]
+Execute = Callable[[JsonObject, ToolContext], Awaitable[str | ToolDelegation | None]]
 
 
 @dataclass(frozen=True)
 class Tool:
     """A capability offered to the model. ``execute(args, ctx)`` may return final text (or
-    write it through ``ctx.write``); ordinary exceptions become error results.
+    write it through ``ctx.write``), or a ``ToolDelegation`` to continue the call as a
+    subagent; ordinary exceptions become error results.
 
     ``sequential=True`` makes each call of this tool a barrier within its response (§5.4):
     it starts only after every earlier call of the same response has settled, and every
@@ -216,6 +268,10 @@ class Tool:
             final = await self.execute(args, ctx)
         except Exception as exc:
             return ctx.outcome(is_error=True, text=f"{type(exc).__name__}: {exc}")
+        if isinstance(final, ToolDelegation):
+            outcome = ctx.outcome()
+            outcome.delegation = final
+            return outcome
         if final is not None:
             try:
                 _check_text(final, f"the result of tool {self.name!r}")

@@ -12,6 +12,7 @@ from pico.application.command import Command, ConversationCommand, WorkingComman
 from pico.application.conversation import ConversationHandle
 from pico.application.faux import FauxDeferred, FauxFailure, FauxProvider, FauxResponse
 from pico.application.flows import AgentServices, InputResult, ToolCallAnsweredError
+from pico.application.flows.subagent import subagent_tool
 from pico.application.harness import Harness
 from pico.application.hooks import (
     CollapseDecision,
@@ -56,7 +57,14 @@ from pico.application.state import (
     working_value,
 )
 from pico.application.tasks import TaskDefinition, TaskExecution, TaskRegistry
-from pico.application.tools import Tool, ToolArgumentsError, ToolContext, ToolOutcome, ToolRegistry
+from pico.application.tools import (
+    Tool,
+    ToolArgumentsError,
+    ToolContext,
+    ToolDelegation,
+    ToolOutcome,
+    ToolRegistry,
+)
 from pico.domain.errors import (
     AddressPolicyError,
     ClaimContendedError,
@@ -206,6 +214,7 @@ __all__ = [
     "ToolCallPart",
     "ToolContext",
     "ToolDecision",
+    "ToolDelegation",
     "ToolOutcome",
     "ToolRegistry",
     "ToolResultPart",
@@ -230,6 +239,7 @@ __all__ = [
     "project_context",
     "session_list",
     "session_value",
+    "subagent_tool",
     "working_list",
     "working_scope",
     "working_value",

@@ -35,6 +35,7 @@ from pico.application.flows.inputs import input_result_address, set_results
 from pico.application.flows.owner import OWNER_STATUS, owner_status
 from pico.application.state import Initialization
 from pico.application.tasks import TaskDefinition, TaskExecution
+from pico.application.tools import Tool, ToolContext, ToolDelegation
 from pico.domain.errors import InvalidArgumentError
 from pico.domain.ids import check_choice
 from pico.domain.json import JsonObject, JsonValue, check_json
@@ -46,6 +47,8 @@ __all__ = [
     "SubagentDefinition",
     "complete_prefix",
     "launch",
+    "offered_tools",
+    "subagent_tool",
 ]
 
 #: How a child conversation's context starts.
@@ -104,7 +107,7 @@ def launch(
     check_json(prompt, what="subagent prompt")
     check_choice(context, "context", CONTEXTS)
     init = Initialization() if values is None else Initialization.of(values)
-    offered = _offered(services, tools)
+    offered = offered_tools(services, tools)
     selected = complete_prefix(tx, _context(tx, conversation_id)) if context == "inherit" else []
     owner = tx.create_task(
         conversation_id,
@@ -131,7 +134,9 @@ def launch(
     return owner
 
 
-def _offered(services: AgentServices, tools: Sequence[str] | None) -> list[str]:
+def offered_tools(services: AgentServices, tools: Sequence[str] | None) -> list[str]:
+    """The tools a child is offered: ``tools`` checked against the registry, or by
+    default the tools a new input is offered."""
     registered = services.tools.names()
     if tools is None:
         return list(services.active_tools) if services.active_tools is not None else registered
@@ -193,3 +198,62 @@ def _repair(tx: Command, owner_id: int) -> None:
             "reason": "the child conversation has no live work and no outcome for its prompt",
         }
     tx.patch_task(owner_id, status=owner_status(result), state={**state, "result": result})
+
+
+def subagent_tool(
+    *,
+    name: str = "subagent",
+    description: str = (
+        "Delegate a self-contained task to a subagent: a separate conversation that works "
+        "on the prompt with its own tools and returns its final answer as this call's result."
+    ),
+    context: str = "fresh",
+    background: bool = False,
+    tools: Sequence[str] | None = None,
+    values: Initialization | None = None,
+) -> Tool:
+    """The ready ``subagent`` tool (§9.3): offer it and a model can delegate. The model
+    gives ``prompt`` and may choose ``context`` (fresh | inherit) and ``background``; the
+    defaults here apply otherwise. ``tools`` is what the child is offered (default: the
+    tools a new input is offered, without this tool), ``values`` the child's initial
+    values. Foreground (the default): the call's result is the child's final answer text
+    (an error result if the child failed or was cancelled). Background: the call's result
+    names the subagent task at once and the exchange goes on."""
+    check_choice(context, "context", CONTEXTS)
+    if type(background) is not bool:
+        raise InvalidArgumentError(f"background must be True or False, got {background!r}")
+    init = None if values is None else Initialization.of(values)
+    child_tools = None if tools is None else tuple(tools)
+    parameters: JsonObject = {
+        "type": "object",
+        "properties": {
+            "prompt": {"type": "string", "description": "The task for the subagent, in full."},
+            "context": {
+                "type": "string",
+                "enum": list[JsonValue](CONTEXTS),
+                "description": "fresh: the subagent sees only the prompt; inherit: it also "
+                "sees this conversation so far.",
+            },
+            "background": {
+                "type": "boolean",
+                "description": "true: return at once and let the subagent work on; false: "
+                "wait for its answer.",
+            },
+        },
+        "required": ["prompt"],
+        "additionalProperties": False,
+    }
+
+    async def execute(args: JsonObject, ctx: ToolContext) -> ToolDelegation:
+        chosen_context = args.get("context", context)
+        chosen_background = args.get("background", background)
+        assert isinstance(chosen_context, str) and isinstance(chosen_background, bool)
+        return ToolDelegation(
+            prompt=args["prompt"],
+            background=chosen_background,
+            context=chosen_context,
+            values=init,
+            tools=child_tools,
+        )
+
+    return Tool(name, description, parameters, execute)

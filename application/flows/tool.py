@@ -5,7 +5,7 @@
     pending             ready       -> awaiting_approval | running | done | aborted
     awaiting_approval   waiting     -> pending | finishing | aborted   (after:[approval A])
     finishing           ready       -> done | aborted     (the outcome came from elsewhere)
-    running             inflight    -> held | done | aborted
+    running             inflight    -> held | finishing | done | aborted
     held                waiting     -> done | aborted     (the tool deferred its result)
     approval            waiting     legacy: held with no approval task; recovery migrates it
     done, aborted                   terminal
@@ -15,7 +15,10 @@ decision before invoking, and settles only itself with one tool result entry; th
 (``join.py``) reads every outcome. A call held by ``before_tool`` waits on an approval task
 (``approval.py``); a grant makes it ``pending`` again with the approved arguments, a denial
 makes it ``finishing``: its state says what it finishes from (``{"finish": {"denied": ...}}``)
-and ``_finish`` runs the result hooks and writes its result. ``answer_held_call`` moves
+and ``_finish`` runs the result hooks and writes its result. A tool that returns a
+``ToolDelegation`` continues as a subagent (``subagent.py``): foreground, the call is
+``finishing`` after the owner S (``{"finish": {"subagent": S}}``) and its result is the
+child's answer; background, its result names S at once. ``answer_held_call`` moves
 ``held`` to ``done``.
 """
 
@@ -26,11 +29,19 @@ from collections.abc import Sequence
 from pico.application.command import Command
 from pico.application.flows.approval import AWAITING_APPROVAL, LEGACY_APPROVAL, hold, migrate
 from pico.application.flows.common import AgentServices, append_frame, names, task_state
+from pico.application.flows.subagent import launch, offered_tools
 from pico.application.hooks import ToolCall
-from pico.application.state import working_list
+from pico.application.state import Initialization, working_list
 from pico.application.tasks import TaskDefinition, TaskExecution
-from pico.application.tools import ToolArgumentsError, ToolContext, ToolOutcome
-from pico.domain.errors import CommandRejectedError
+from pico.application.tools import (
+    OUTPUT_CAP,
+    TRUNCATED,
+    ToolArgumentsError,
+    ToolContext,
+    ToolDelegation,
+    ToolOutcome,
+)
+from pico.domain.errors import CommandRejectedError, PicoError
 from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
@@ -60,7 +71,7 @@ class ToolTaskDefinition(TaskDefinition):
         AWAITING_APPROVAL: ["pending", "finishing", "aborted"],
         "finishing": ["done", "aborted"],
         LEGACY_APPROVAL: [AWAITING_APPROVAL, "pending", "finishing", "done", "aborted"],
-        "running": ["held", "done", "aborted"],
+        "running": ["held", "finishing", "done", "aborted"],
         "held": ["done", "aborted"],
     }
 
@@ -114,6 +125,9 @@ class ToolTaskDefinition(TaskDefinition):
 
         tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
         outcome = await tool.run(args, tool_ctx)
+        if outcome.delegation is not None:  # the call continues as a subagent (§5.5)
+            await self._delegate(task, ctx, running, outcome.delegation)
+            return
         if outcome.deferred and not outcome.is_error:
             # The answer will come from outside: park durably (seed 000).
             await ctx.command(
@@ -133,16 +147,119 @@ class ToolTaskDefinition(TaskDefinition):
             images=outcome.images,
         )
 
+    async def _delegate(
+        self,
+        task: TaskSnapshot,
+        ctx: TaskExecution,
+        state: dict[str, JsonValue],
+        delegation: ToolDelegation,
+    ) -> None:
+        """§5.5, §5.6: launch the subagent and move this call on, in ONE command.
+        Foreground: ``{ create S; tool finishing after:[S] }``, and ``_finish`` reads S's
+        result once S settles. Background: ``{ create S; tool result naming S; settle }``.
+        A launch the subagent flow would refuse (an unregistered tool, a list in the
+        values) is this call's error result instead; nothing is created."""
+        services = self.services
+        tools = delegation.tools
+        if tools is None:  # the tools a new input is offered, without this tool
+            default = services.active_tools
+            offered = services.tools.names() if default is None else list(default)
+            tools = tuple(t for t in offered if t != state.get("name"))
+        try:
+            tools = tuple(offered_tools(services, tools))
+            values = None if delegation.values is None else Initialization.of(delegation.values)
+        except PicoError as exc:
+            await self._result(
+                task, ctx, state, f"the delegation was refused: {exc}", is_error=True
+            )
+            return
+
+        def start(tx: Command) -> None:
+            if tx.abort_marked(task.id) is not False:
+                return  # cancellation won: the abort handler writes the call's result
+            cid = task.conversation_id
+            owner = launch(
+                tx,
+                services,
+                cid,
+                delegation.prompt,
+                context=delegation.context,
+                values=values,
+                tools=tools,
+                foreground=not delegation.background,
+                spawned_by=task.id,
+            )
+            if not delegation.background:
+                tx.patch_task(
+                    task.id,
+                    status="finishing",
+                    after=[owner],
+                    state={**state, "finish": {"subagent": owner}},
+                )
+                return
+            child = tx.get_task(owner)
+            details: JsonObject = {
+                "subagent": owner,
+                "conversation": None if child is None else child.owned_conversation_id,
+            }
+            text = f"started subagent task {owner} in the background"
+            entry = tx.append_entry(
+                cid,
+                "tool",
+                {"content": text, "is_error": False},
+                by_task_id=task.id,
+                metadata={"tool_call_id": state.get("call_id"), "tool_name": state.get("name")},
+            )
+            tx.append_context(cid, [entry])
+            control = {**_control(ToolOutcome(text=text)), "details": details}
+            tx.patch_task(task.id, status="done", state={**state, "result_entry": entry, **control})
+
+        await ctx.command(start)
+
+    def _subagent_outcome(self, ctx: TaskExecution, owner_id: int) -> ToolOutcome:
+        """A foreground delegation's result: the child's final answer text (capped like any
+        tool output), or an error result naming why there is none."""
+        owner = ctx.task(owner_id)
+        state = task_state(owner) if owner is not None else {}
+        result = state.get("result")
+        result = result if isinstance(result, dict) else {}
+        details: JsonObject = {
+            "subagent": owner_id,
+            "conversation": None if owner is None else owner.owned_conversation_id,
+            "status": None if owner is None else owner.status,
+        }
+        if owner is None or owner.live:
+            return ToolOutcome(text=f"subagent task {owner_id} has no outcome", is_error=True)
+        entry_id = result.get("entry_id")
+        if owner.status == "done" and isinstance(entry_id, int):
+            entry = ctx.reads.get_entries([entry_id]).get(entry_id)
+            content = entry.content if entry is not None else None
+            text = content.get("text") if isinstance(content, dict) else None
+            if isinstance(text, str):
+                if len(text) > OUTPUT_CAP:
+                    text = text[:OUTPUT_CAP] + TRUNCATED
+                details["entry_id"] = entry_id
+                return ToolOutcome(text=text, details=details)
+        reason = result.get("reason")
+        why = f": {reason}" if isinstance(reason, str) and reason else ""
+        words = {"aborted": "was cancelled", "stopped": "stopped", "failed": "failed"}
+        text = f"the subagent {words.get(owner.status, 'ended without an answer')}{why}"
+        return ToolOutcome(text=text, is_error=owner.status != "stopped", details=details)
+
     async def _finish(
         self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
     ) -> None:
         """The ``finishing`` phase: the outcome came from elsewhere, named by
-        ``state["finish"]`` (``{"denied": reason}`` today). The result hooks process it and
-        the tool writes its own result and settles, as after a run."""
+        ``state["finish"]``: ``{"denied": reason}`` (an approval's denial) or
+        ``{"subagent": S}`` (a foreground delegation, read once S settled). The result
+        hooks process it and the tool writes its own result and settles, as after a run."""
         source = state.get("finish")
         denied = source.get("denied") if isinstance(source, dict) else None
+        subagent = source.get("subagent") if isinstance(source, dict) else None
         if isinstance(denied, str):
             outcome = ToolOutcome(text=denied, is_error=True)
+        elif isinstance(subagent, int):
+            outcome = self._subagent_outcome(ctx, subagent)
         else:  # a source this version does not know: never a fabricated success
             outcome = ToolOutcome(text=f"the tool cannot finish from {source!r}", is_error=True)
         arguments = state.get("arguments")
