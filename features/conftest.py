@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from features.steps.approvals import *  # noqa: F403
 from features.steps.bad_input import *  # noqa: F403
 from features.steps.check import *  # noqa: F403
+from features.steps.collapse_recovery import *  # noqa: F403
 from features.steps.initialization import *  # noqa: F403
 from features.steps.interrupted import *  # noqa: F403
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
@@ -17,6 +19,7 @@ from features.steps.library import World
 from features.steps.opening import *  # noqa: F403
 from features.steps.rewind import *  # noqa: F403
 from features.steps.shutdown import *  # noqa: F403
+from features.steps.subagents import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
 from tests.backends import BACKENDS, make_backend, require_postgres
 

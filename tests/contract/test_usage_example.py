@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pico
 from pico import FauxProvider
@@ -77,12 +78,14 @@ async def test_the_end_to_end_usage_example(backend: Backend) -> None:
     assert await drive_session() == "idle"  # supervise detached work too
     spawned = await h.task(child)
     assert spawned is not None and spawned.status == "done"
-    assert isinstance(spawned.state, dict) and spawned.state["result"]["status"] == "done"
+    assert isinstance(spawned.state, dict)
+    reference: Any = spawned.state["result"]  # the result reference S keeps
+    assert reference["status"] == "done"
     kid = await h.conversation(spawned.owned_conversation_id or 0)
     assert kid is not None
     assert await kid.get_value(model) == "faux-large"
     assert await kid.get_value(active_tools) == ["read"]
-    answer = await h.entry(spawned.state["result"]["entry_id"])
+    answer = await h.entry(reference["entry_id"])
     assert answer is not None and answer.content == {"text": "The tests look fine."}
 
     alternate = await c.fork(at_entry=completed_answer)
