@@ -9,6 +9,7 @@ durable and published. Commands for one conversation are on ``ConversationHandle
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
@@ -40,6 +41,7 @@ from pico.application.tools import Tool, ToolRegistry
 from pico.domain.errors import (
     CommandRejectedError,
     ConfigurationError,
+    InvalidArgumentError,
     ShuttingDownError,
     UnknownConversationError,
 )
@@ -91,6 +93,8 @@ class Harness:
         model: str = "default",
         system: str = "",
         tool_execution: str = "parallel",
+        max_attempts: int = 3,
+        retry_delay: float = 2.0,
     ) -> Harness:
         """Open (or create) a session.
 
@@ -106,11 +110,17 @@ class Harness:
             tool_execution: ``"parallel"`` (default: a response's tool calls run at once) or
                 ``"sequential"`` (each call after the one before it, in call order; §5.4).
                 Captured by each generation when it is created.
+            max_attempts: model requests per generation (and summaries per collapse) before
+                a retryable failure or an interruption fails it; captured at creation.
+            retry_delay: seconds before retry ``n`` is ``retry_delay * n`` unless the
+                provider says when (``retry_after``).
             definitions: the task definitions (a ``TaskRegistry`` or an iterable of
                 definitions). Opening for writing rejects live tasks whose kind or status no
                 definition knows, before anything runs.
 
         Raises ``InvalidArgumentError`` (an unknown ``tool_execution``; nothing opened),
+        ``InvalidArgumentError`` (``max_attempts`` not an int of at least 1, ``retry_delay``
+        not a finite number of at least 0; nothing opened),
         ``ConfigurationError`` (a bad URL, session name or durability),
         ``StorageUnavailableError`` (a database that cannot be reached or opened),
         ``StorageCorruptError`` (damage found while reading the session; nothing written),
@@ -118,6 +128,18 @@ class Harness:
         (storage without a write lock lost every claim attempt).
         """
         check_choice(tool_execution, "tool_execution", TOOL_EXECUTION)
+        if type(max_attempts) is not int or max_attempts < 1:
+            raise InvalidArgumentError(
+                f"max_attempts must be an int of at least 1, got {max_attempts!r}"
+            )
+        if (
+            type(retry_delay) not in (int, float)
+            or not math.isfinite(retry_delay)
+            or retry_delay < 0
+        ):
+            raise InvalidArgumentError(
+                f"retry_delay must be a finite number of seconds (at least 0), got {retry_delay!r}"
+            )
         registry = (
             definitions
             if isinstance(definitions, TaskRegistry)
@@ -134,6 +156,8 @@ class Harness:
                 system=system,
                 clock=clock or SystemClock(),
                 tool_execution=tool_execution,
+                max_attempts=max_attempts,
+                retry_delay=float(retry_delay),
             )
             for definition in agent_definitions(services):
                 registry.register(definition)

@@ -159,6 +159,11 @@ class TaskDefinition(ABC):
             ) from exc
 
 
+#: The kinds of the built-in agent flows (``pico.application.flows``), registered with a
+#: model provider.
+BUILT_IN_KINDS = frozenset({"approval", "collapse", "generation", "post_tools", "subagent", "tool"})
+
+
 class TaskRegistry:
     """Definitions by kind. No global registry: pass one to ``Harness.open``."""
 
@@ -175,6 +180,11 @@ class TaskRegistry:
 
     def get(self, kind: str) -> TaskDefinition:
         found = self._by_kind.get(kind)
+        if found is None and kind in BUILT_IN_KINDS:
+            raise TaskDefinitionError(
+                f"task kind {kind!r} belongs to the built-in agent flows, which are registered "
+                "only for a harness with a model: open it with Harness.open(provider=...)"
+            )
         if found is None:
             raise TaskDefinitionError(
                 f"no definition is registered for task kind {kind!r}; pass it to "

@@ -340,3 +340,25 @@ async def test_a_harness_without_a_provider_cannot_spawn(backend: Backend) -> No
     with pytest.raises(pico.CommandRejectedError, match="model provider"):
         await c.spawn("x")
     await h.close()
+
+
+async def test_reopening_live_subagent_work_without_a_model_says_to_pass_one(
+    backend: Backend,
+) -> None:
+    h = await backend.open(provider=FauxProvider([]))
+    c = await h.root()
+    await c.spawn("child work")
+    await h.close()
+    with pytest.raises(pico.TaskDefinitionError, match=r"provider="):
+        await backend.open()
+    h = await backend.open(provider=FauxProvider(["done"]))  # nothing was changed
+    assert await h.drive() == "idle"
+    await h.close()
+
+
+def test_the_built_in_kinds_are_the_agent_flows_definitions() -> None:
+    from pico.application.flows import agent_definitions
+    from pico.application.tasks import BUILT_IN_KINDS
+
+    services = pico.AgentServices(provider=FauxProvider([]))
+    assert {d.kind for d in agent_definitions(services)} == BUILT_IN_KINDS

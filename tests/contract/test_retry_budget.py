@@ -1,0 +1,55 @@
+"""The retry budget is a ``Harness.open`` setting (§8.3): ``max_attempts`` and
+``retry_delay`` are captured by each generation when it is created."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import pico
+from pico import FauxFailure, FauxProvider
+from tests.backends import Backend
+
+
+async def test_max_attempts_bounds_the_retries_of_a_generation(backend: Backend) -> None:
+    clock = pico.FakeClock()
+    provider = FauxProvider([FauxFailure("retryable", "busy"), FauxFailure("retryable", "busy")])
+    h = await backend.open(provider=provider, clock=clock, max_attempts=2, retry_delay=0.5)
+    c = await h.root()
+    question = await c.accept("hello")
+    driving = asyncio.ensure_future(c.drive())  # waits for the retry timer on the clock
+    for _ in range(100):
+        await asyncio.sleep(0)
+    (generation,) = (await h.tasks(conversation_ids=[c.id], kind="generation")).items
+    assert generation.status == "retry_wait"  # the first attempt failed, a retry is timed
+    assert generation.not_before == pytest.approx(clock.now() + 0.5)  # retry_delay * 1
+    assert isinstance(generation.state, dict) and generation.state["max_attempts"] == 2
+    clock.advance(1.0)
+    assert await asyncio.wait_for(driving, 5) == "idle"
+    result = await c.result(question)
+    assert result is not None and result.status == "failed"  # the second attempt was the last
+    assert provider.request_count == 2
+    await h.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_attempts", 0),
+        ("max_attempts", True),
+        ("max_attempts", 2.0),
+        ("retry_delay", -1.0),
+        ("retry_delay", float("inf")),
+        ("retry_delay", "1"),
+    ],
+)
+async def test_a_bad_retry_budget_is_refused_before_anything_opens(
+    backend: Backend, option: str, value: object
+) -> None:
+    options: dict[str, Any] = {option: value}
+    with pytest.raises(pico.InvalidArgumentError, match=option):
+        await backend.open(provider=FauxProvider([]), **options)
+    h = await backend.open(provider=FauxProvider([]))  # nothing was created or claimed
+    await h.close()
