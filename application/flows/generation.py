@@ -426,7 +426,11 @@ class GenerationDefinition(TaskDefinition):
         inputs = ints(task_state(task).get("inputs"))
 
         def cancel(tx: Command) -> None:
-            set_results(tx, inputs, {"status": "cancelled", "reason": "aborted"})
+            cancelled: JsonObject = {"status": "cancelled", "reason": "aborted"}
+            set_results(tx, inputs, cancelled)
+            # The input group ends here: an owner nobody marked learns it (a marked one
+            # is settled by its own abort handler).
+            settle_owner(tx, task.conversation_id, cancelled)
             tx.patch_task(task.id, status="aborted")
             tx.retire_working_scope(ctx.working_scope)
 

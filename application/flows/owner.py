@@ -14,7 +14,13 @@ from pico.domain.json import JsonObject, JsonValue
 __all__ = ["OWNER_STATUS", "owner_status", "settle_owner"]
 
 #: The owner's terminal status for each child outcome.
-OWNER_STATUS = {"done": "done", "interrupted": "done", "failed": "failed", "stopped": "stopped"}
+OWNER_STATUS = {
+    "done": "done",
+    "interrupted": "done",
+    "failed": "failed",
+    "stopped": "stopped",
+    "cancelled": "aborted",
+}
 
 
 def settle_owner(tx: Command, conversation_id: int, result: JsonObject) -> None:

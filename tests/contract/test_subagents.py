@@ -362,3 +362,24 @@ def test_the_built_in_kinds_are_the_agent_flows_definitions() -> None:
 
     services = pico.AgentServices(provider=FauxProvider([]))
     assert {d.kind for d in agent_definitions(services)} == BUILT_IN_KINDS
+
+
+async def test_a_child_turn_cancelled_on_its_own_settles_its_owner_as_cancelled(
+    backend: Backend,
+) -> None:
+    """Only the child's generation is marked (not the owner): its cancellation ends the
+    child's input group, so the owner is settled too instead of waiting forever."""
+    provider = GatedProvider(FauxProvider(["never published"]), "child work")
+    h = await backend.open(provider=provider)
+    c = await h.root()
+    s = await c.spawn("child work")
+    _, child = await _spawned(h, s)
+    drive = asyncio.ensure_future(h.drive())
+    await provider.entered.wait()
+    (generation,) = (await h.tasks(conversation_ids=[child], kind="generation")).items
+    assert await h.command(lambda tx: tx.request_abort(generation.id)) is True
+    assert await asyncio.wait_for(drive, 5) == "idle"  # not "suspended" on a waiting owner
+    owner = await h.task(s)
+    assert owner is not None and owner.status == "aborted"
+    assert _state(owner)["result"] == {"status": "cancelled", "reason": "aborted"}
+    await h.close()
