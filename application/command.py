@@ -719,6 +719,7 @@ class Command:
                     f"task {spawned_by} is marked for cancellation; it cannot create normal "
                     "successors (§6.4)"
                 )
+        self._check_owners_unmarked(conversation_id)
         seq = self._peek()
         task = Task.start(
             session_id=self._line.session_id,
@@ -843,6 +844,24 @@ class Command:
         if init is not None:
             self._initialize(source, conversation_id, init)
         return conversation_id
+
+    def _check_owners_unmarked(self, conversation_id: int) -> None:
+        """§6.4: no new work starts beneath an owner marked for cancellation, however deep
+        (a spawn or an input inside its child, say). Unowned conversations read nothing."""
+        conv: int | None = conversation_id
+        while conv is not None:
+            owner_id = self.owner_of(conv)
+            if owner_id is None:
+                return
+            owner = self._task(owner_id)  # the line's cached aggregate, or one load
+            if owner.abort_requested and not owner.terminal:  # a settled owner is history
+                raise TaskGraphError(
+                    f"conversation {conversation_id} is owned (through conversation {conv}) "
+                    f"by task {owner_id}, which is marked for cancellation: no new work "
+                    "starts beneath it until the cancellation settles (§6.4); drive the "
+                    "session, then try again"
+                )
+            conv = owner.conversation_id
 
     def owner_of(self, conversation_id: int) -> int | None:
         """The task owning ``conversation_id`` (§5.7), None for an unowned one; read from

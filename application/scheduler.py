@@ -407,13 +407,22 @@ class Scheduler:
                 self._waiters.discard(changed)
 
     def _owns_live_work(self, task: TaskSnapshot, live: list[TaskSnapshot]) -> bool:
-        """Does live work remain in the conversation subtree this task owns?"""
+        """Does selected work remain in the conversation subtree this task owns (§6.5)?
+        Marked work, and the child's required foreground work; detached work beneath the
+        child (a grandchild started in the background, say) was not selected and does not
+        hold the owner's settlement."""
         owned = task.owned_conversation_id
         if owned is None:
             return False
         # The drive's live set already covers every owned subtree of a task in scope.
-        cache: dict[int, bool] = {}
-        return any(t.id != task.id and self.in_tree(t.conversation_id, owned, cache) for t in live)
+        tree: dict[int, bool] = {}
+        chain: dict[int, bool] = {}
+        return any(
+            t.id != task.id
+            and self.in_tree(t.conversation_id, owned, tree)
+            and (t.abort_requested or self.required(t, owned, chain))
+            for t in live
+        )
 
     def _finished(self, conversation_id: int | None, live: list[TaskSnapshot]) -> bool:
         if conversation_id is None:

@@ -19,12 +19,14 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from pico.application.model import ToolSpec, Usage
+from pico.application.state import Initialization
 from pico.domain.errors import (
     CommandRejectedError,
     InvalidArgumentError,
     InvalidJsonError,
     PicoError,
 )
+from pico.domain.ids import check_choice
 from pico.domain.json import JsonObject, JsonValue, check_json, strict_json
 
 __all__ = [
@@ -74,7 +76,7 @@ class ToolDelegation:
     prompt: JsonValue
     background: bool = False
     context: str = "fresh"
-    values: Any = None  # an Initialization (or a list of addresses to inherit)
+    values: Initialization | None = None  # or a list of addresses to inherit
     tools: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -83,18 +85,28 @@ class ToolDelegation:
             raise InvalidArgumentError(
                 f"ToolDelegation.background must be True or False, got {self.background!r}"
             )
-        if self.context not in ("fresh", "inherit"):
-            raise InvalidArgumentError(
-                f"ToolDelegation.context must be 'fresh' or 'inherit', got {self.context!r}"
-            )
+        check_choice(self.context, "ToolDelegation.context", CHILD_CONTEXTS)
+        if self.values is not None:
+            object.__setattr__(self, "values", Initialization.of(self.values))
         if self.tools is not None:
-            if isinstance(self.tools, (str, bytes)) or not all(
-                isinstance(t, str) for t in self.tools
-            ):
-                raise InvalidArgumentError(
-                    f"ToolDelegation.tools must be a list of tool names, got {self.tools!r:.80}"
-                )
-            object.__setattr__(self, "tools", tuple(self.tools))
+            object.__setattr__(self, "tools", tool_names(self.tools, "ToolDelegation.tools"))
+
+
+#: How a child conversation's context starts: only its prompt, or the parent's context so
+#: far (its last complete exchange) and then the prompt.
+CHILD_CONTEXTS = ("fresh", "inherit")
+
+
+def tool_names(given: object, what: str) -> tuple[str, ...]:
+    """A list of tool names as a tuple, or ``InvalidArgumentError`` (a bare string is not
+    a list of names)."""
+    problem = InvalidArgumentError(f"{what} must be a list of tool names, got {given!r:.80}")
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise problem
+    items = list(given)
+    if not all(isinstance(t, str) for t in items):
+        raise problem
+    return tuple(items)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The child side of ownership (§5.7, §8.6): a child conversation's terminal foreground
 boundary settles its subagent owner in the boundary's own command.
 
-Imported by the flows whose commands end an input group (generation, join); the owner's
+Imported by the flows whose commands end an input group: a generation's answer, failure
+or interrupted answer, the join's stop, and the cancellation of either. The owner's
 definition lives in ``subagent.py``.
 """
 

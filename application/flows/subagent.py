@@ -35,8 +35,8 @@ from pico.application.flows.inputs import input_result_address, set_results
 from pico.application.flows.owner import OWNER_STATUS, owner_status
 from pico.application.state import Initialization
 from pico.application.tasks import TaskDefinition, TaskExecution
-from pico.application.tools import Tool, ToolContext, ToolDelegation
-from pico.domain.errors import InvalidArgumentError
+from pico.application.tools import CHILD_CONTEXTS, Tool, ToolContext, ToolDelegation, tool_names
+from pico.domain.errors import InvalidArgumentError, TaskDefinitionError
 from pico.domain.ids import check_choice
 from pico.domain.json import JsonObject, JsonValue, check_json
 from pico.domain.task import Role
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: How a child conversation's context starts.
-CONTEXTS = ("fresh", "inherit")
+CONTEXTS = CHILD_CONTEXTS
 
 
 class SubagentDefinition(TaskDefinition):
@@ -71,7 +71,8 @@ class SubagentDefinition(TaskDefinition):
         self.services = services
 
     async def execute(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
-        raise AssertionError("a subagent owner waits; it is never ready")  # pragma: no cover
+        # No status of S is ready: the scheduler never executes it.
+        raise TaskDefinitionError(f"subagent task {task.id} waits for its child; it never runs")
 
     async def recover(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         """Nothing to re-arm: the child's own tasks settle S. A child that has no live work
@@ -134,23 +135,23 @@ def launch(
     return owner
 
 
-def offered_tools(services: AgentServices, tools: Sequence[str] | None) -> list[str]:
+def offered_tools(
+    services: AgentServices, tools: Sequence[str] | None, *, without: str | None = None
+) -> list[str]:
     """The tools a child is offered: ``tools`` checked against the registry, or by
-    default the tools a new input is offered."""
+    default the tools a new input is offered (``without`` the delegating tool)."""
     registered = services.tools.names()
     if tools is None:
-        return list(services.active_tools) if services.active_tools is not None else registered
-    if isinstance(tools, (str, bytes)) or not all(isinstance(t, str) for t in tools):
-        raise InvalidArgumentError(
-            f"tools must be a list of registered tool names, got {tools!r:.80}"
-        )
-    unknown = [t for t in tools if t not in registered]
+        default = list(services.active_tools) if services.active_tools is not None else registered
+        return [t for t in default if t != without]
+    names = tool_names(tools, "tools")
+    unknown = [t for t in names if t not in registered]
     if unknown:
         raise InvalidArgumentError(
             f"tools {unknown} are not registered (registered: {sorted(registered)}); pass "
             "them to Harness.open(tools=...) or offer only registered tools"
         )
-    return list(dict.fromkeys(tools))
+    return list(dict.fromkeys(names))
 
 
 def _context(tx: Command, conversation_id: int) -> tuple[int, ...]:
@@ -223,7 +224,7 @@ def subagent_tool(
     if type(background) is not bool:
         raise InvalidArgumentError(f"background must be True or False, got {background!r}")
     init = None if values is None else Initialization.of(values)
-    child_tools = None if tools is None else tuple(tools)
+    child_tools = None if tools is None else tool_names(tools, "subagent_tool(tools=...)")
     parameters: JsonObject = {
         "type": "object",
         "properties": {
@@ -245,13 +246,13 @@ def subagent_tool(
     }
 
     async def execute(args: JsonObject, ctx: ToolContext) -> ToolDelegation:
+        # The schema has checked the arguments' types before this runs.
         chosen_context = args.get("context", context)
         chosen_background = args.get("background", background)
-        assert isinstance(chosen_context, str) and isinstance(chosen_background, bool)
         return ToolDelegation(
             prompt=args["prompt"],
-            background=chosen_background,
-            context=chosen_context,
+            background=chosen_background is True,
+            context=str(chosen_context),
             values=init,
             tools=child_tools,
         )

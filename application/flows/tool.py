@@ -31,7 +31,7 @@ from pico.application.flows.approval import AWAITING_APPROVAL, LEGACY_APPROVAL, 
 from pico.application.flows.common import AgentServices, append_frame, names, task_state
 from pico.application.flows.subagent import launch, offered_tools
 from pico.application.hooks import ToolCall
-from pico.application.state import Initialization, working_list
+from pico.application.state import working_list
 from pico.application.tasks import TaskDefinition, TaskExecution
 from pico.application.tools import (
     OUTPUT_CAP,
@@ -160,14 +160,8 @@ class ToolTaskDefinition(TaskDefinition):
         A launch the subagent flow would refuse (an unregistered tool, a list in the
         values) is this call's error result instead; nothing is created."""
         services = self.services
-        tools = delegation.tools
-        if tools is None:  # the tools a new input is offered, without this tool
-            default = services.active_tools
-            offered = services.tools.names() if default is None else list(default)
-            tools = tuple(t for t in offered if t != state.get("name"))
-        try:
-            tools = tuple(offered_tools(services, tools))
-            values = None if delegation.values is None else Initialization.of(delegation.values)
+        try:  # by default the tools a new input is offered, without this tool
+            tools = offered_tools(services, delegation.tools, without=str(state.get("name")))
         except PicoError as exc:
             await self._result(
                 task, ctx, state, f"the delegation was refused: {exc}", is_error=True
@@ -184,7 +178,7 @@ class ToolTaskDefinition(TaskDefinition):
                 cid,
                 delegation.prompt,
                 context=delegation.context,
-                values=values,
+                values=delegation.values,
                 tools=tools,
                 foreground=not delegation.background,
                 spawned_by=task.id,

@@ -261,3 +261,32 @@ def test_the_shipped_subagent_tool_describes_its_parameters() -> None:
         except pico.ToolArgumentsError:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_malformed_delegation_is_refused_where_it_is_built() -> None:
+    notes = pico.conversation_list("app.notes", str)
+    for build in (
+        lambda: pico.ToolDelegation(prompt="x", tools="read"),  # type: ignore[arg-type]
+        lambda: pico.ToolDelegation(prompt="x", context="both"),
+        lambda: pico.ToolDelegation(prompt="x", background=1),  # type: ignore[arg-type]
+        lambda: pico.ToolDelegation(prompt="x", values=5),  # type: ignore[arg-type]
+        lambda: pico.subagent_tool(tools="read"),
+        lambda: pico.subagent_tool(context="both"),
+    ):
+        try:
+            build()
+        except pico.InvalidArgumentError:
+            continue
+        raise AssertionError("accepted")
+    try:
+        pico.ToolDelegation(prompt="x", values=pico.Initialization.of([notes]))
+    except pico.AddressPolicyError:
+        pass
+    else:
+        raise AssertionError("a list address was accepted")
+    try:
+        pico.ToolDelegation(prompt=float("nan"))
+    except pico.InvalidJsonError:
+        pass
+    else:
+        raise AssertionError("a NaN prompt was accepted")

@@ -11,6 +11,7 @@ import pytest
 
 import pico
 from pico import FauxFailure, FauxProvider
+from pico.application.faux import ScriptItem
 from pico.application.flows.inputs import input_result_address
 from pico.application.model import Deferred, Request, Response, StreamEvent
 from tests.backends import Backend
@@ -382,4 +383,68 @@ async def test_a_child_turn_cancelled_on_its_own_settles_its_owner_as_cancelled(
     owner = await h.task(s)
     assert owner is not None and owner.status == "aborted"
     assert _state(owner)["result"] == {"status": "cancelled", "reason": "aborted"}
+    await h.close()
+
+
+async def test_no_new_work_starts_beneath_an_owner_marked_for_cancellation(
+    backend: Backend,
+) -> None:
+    """§6.4: background cancellation prevents new work beneath its marked owner — a spawn
+    inside the child is refused and writes nothing — until the cancellation settles; the
+    child is an ordinary conversation again afterwards."""
+    provider = GatedProvider(FauxProvider(["later answer"]), "child work")
+    h = await backend.open(provider=provider)
+    c = await h.root()
+    s = await c.spawn("child work")
+    _, child = await _spawned(h, s)
+    kid = await h.conversation(child)
+    assert kid is not None
+    drive = asyncio.ensure_future(h.drive())
+    await provider.entered.wait()
+    await c.abort_background(s)
+    head = h.head()
+    with pytest.raises(pico.TaskGraphError, match="marked for cancellation"):
+        await kid.spawn("nested work beneath a marked owner")
+    assert h.head() == head
+    assert await asyncio.wait_for(drive, 5) == "idle"
+    assert (await h.task(s)).status == "aborted"  # type: ignore[union-attr]
+    nested = await kid.spawn("nested work after the cancellation settled")
+    assert await h.drive() == "idle"
+    assert (await h.task(nested)).status == "done"  # type: ignore[union-attr]
+    await h.close()
+
+
+async def test_a_marked_owner_does_not_wait_for_detached_work_beneath_its_child(
+    backend: Backend,
+) -> None:
+    """The parent aborts a foreground delegation whose child started a background
+    grandchild: the owner settles once its SELECTED child work is terminal, and the parent
+    drive returns, while the unselected grandchild (held at a barrier) keeps working."""
+    from pico import FauxResponse
+
+    calls: list[ScriptItem] = [
+        FauxResponse(tool_calls=[("subagent", {"prompt": "child task"})]),
+        FauxResponse(tool_calls=[("subagent", {"prompt": "grand work", "background": True})]),
+        "child answer",
+        "grand answer",
+    ]
+    provider = GatedProvider(FauxProvider(calls), "grand work")
+    tools = [pico.subagent_tool(tools=["subagent"])]
+    h = await backend.open(provider=provider, tools=tools)
+    c = await h.root()
+    question = await c.accept("go")
+    drive = asyncio.ensure_future(c.drive())
+    await provider.entered.wait()  # the grandchild streams, held
+    (owner,) = (await h.tasks(conversation_ids=[c.id], kind="subagent")).items
+    child = owner.owned_conversation_id or 0
+    (grand,) = (await h.tasks(conversation_ids=[child], kind="subagent")).items
+    marked = await c.abort()
+    assert owner.id in marked and grand.id not in marked
+    assert await asyncio.wait_for(drive, 5) == "idle"
+    assert (await h.task(owner.id)).status == "aborted"  # type: ignore[union-attr]
+    assert (await c.result(question)).status == "cancelled"  # type: ignore[union-attr]
+    assert (await h.task(grand.id)).status == "waiting"  # type: ignore[union-attr]
+    provider.release.set()
+    assert await asyncio.wait_for(h.drive(), 5) == "idle"
+    assert (await h.task(grand.id)).status == "done"  # type: ignore[union-attr]
     await h.close()
