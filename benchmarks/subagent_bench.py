@@ -69,8 +69,8 @@ class RowCounter:
             counter.queries += 1
             return out
 
-        SqlReadStore._rows = rows  # type: ignore[method-assign]
-        SqlRecorder.select_events = select_events  # type: ignore[method-assign]
+        SqlReadStore._rows = rows  # type: ignore[method-assign, assignment]
+        SqlRecorder.select_events = select_events  # type: ignore[method-assign, assignment]
         try:
             yield
         finally:
