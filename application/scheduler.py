@@ -233,25 +233,7 @@ class Scheduler:
     def in_tree(self, conversation_id: int, root: int, cache: dict[int, bool]) -> bool:
         """Is ``conversation_id`` ``root`` or owned (transitively) by work in it? Ancestor
         point reads, shared within one pass; fork provenance never counts."""
-        path: list[int] = []
-        conv: int | None = conversation_id
-        result = False
-        while conv is not None:
-            if conv in cache:
-                result = cache[conv]
-                break
-            path.append(conv)
-            if conv == root:
-                result = True
-                break
-            owner = self.line.storage.reads.owners([conv]).get(conv)
-            if owner is None:
-                break
-            task = self.line.storage.tasks.get_tasks([owner]).get(owner)
-            conv = None if task is None else task.conversation_id
-        for c in path:
-            cache[c] = result
-        return result
+        return self._reaches(conversation_id, root, cache, foreground_only=False)
 
     def required(self, task: TaskSnapshot, root: int, cache: dict[int, bool]) -> bool:
         """Is ``task`` (in ``root``'s tree) required foreground work of ``root`` (§5.6)? A
@@ -263,6 +245,14 @@ class Scheduler:
     def owned_through_foreground(
         self, conversation_id: int, root: int, cache: dict[int, bool]
     ) -> bool:
+        """Is ``conversation_id`` ``root``, or owned from it through foreground owners only?"""
+        return self._reaches(conversation_id, root, cache, foreground_only=True)
+
+    def _reaches(
+        self, conversation_id: int, root: int, cache: dict[int, bool], *, foreground_only: bool
+    ) -> bool:
+        """Walk the owners from ``conversation_id`` up towards ``root`` (one cache per
+        question: the answers of the two walks differ)."""
         path: list[int] = []
         conv: int | None = conversation_id
         result = False
@@ -276,7 +266,7 @@ class Scheduler:
                 break
             owner = self.line.storage.reads.owners([conv]).get(conv)
             task = None if owner is None else self.line.storage.tasks.get_tasks([owner]).get(owner)
-            if task is None or not task.foreground:
+            if task is None or (foreground_only and not task.foreground):
                 break
             conv = task.conversation_id
         for c in path:

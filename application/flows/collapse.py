@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pico.application.command import Command
-from pico.application.flows.common import AgentServices, task_state
+from pico.application.flows.common import AgentServices, closed_exchanges, task_state
 from pico.application.flows.streaming import add_usage, stream_response
 from pico.application.model import Message, ProviderError, Request, Response, TextPart
 from pico.application.scheduler import Execution
@@ -263,18 +263,11 @@ def _cut_point(reads: Any, context: Sequence[int]) -> int | None:
     open: the prefix through it can be replaced without splitting an exchange."""
     if len(context) < 3:
         return None
-    headers = reads.get_entries(list(context), content=False)
-    open_calls: set[str] = set()
+    keep = list(context[:-2])  # keep the latest exchange selected
+    closed = closed_exchanges(reads.get_entries(keep, content=False), keep)
     cut: int | None = None
-    for entry_id in context[:-2]:  # keep the latest exchange selected
-        meta = headers[entry_id].metadata or {} if entry_id in headers else {}
-        answered = meta.get("tool_call_id")
-        if isinstance(answered, str):
-            open_calls.discard(answered)
-        calls = meta.get("tool_calls")
-        if isinstance(calls, list):
-            open_calls.update(str(c) for c in calls)
-        if not open_calls:
+    for entry_id, done in zip(keep, closed, strict=True):
+        if done:
             cut = entry_id
     return cut
 

@@ -5,7 +5,7 @@ it imports no flow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,12 +15,13 @@ from pico.application.model import ModelProvider
 from pico.application.projection import Projection, ProjectionCache
 from pico.application.tools import ToolRegistry
 from pico.domain.json import JsonValue
-from pico.domain.values import TaskSnapshot
+from pico.domain.values import Entry, TaskSnapshot
 
 __all__ = [
     "TOOL_EXECUTION",
     "AgentServices",
     "append_frame",
+    "closed_exchanges",
     "ints",
     "json_list",
     "names",
@@ -80,3 +81,21 @@ def append_frame(frames: Any, text: str) -> Any:
 def names(value: JsonValue) -> list[str]:
     """The strings (tool names) of a stored JSON list; anything else reads as none."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def closed_exchanges(headers: Mapping[int, Entry], ids: Sequence[int]) -> list[bool]:
+    """For each id of a context, in order: is every tool call selected so far answered
+    after it? A prefix ending where this is True never splits an exchange (§2.3)."""
+    open_calls: set[str] = set()
+    closed: list[bool] = []
+    for entry_id in ids:
+        entry = headers.get(entry_id)
+        meta = (entry.metadata or {}) if entry is not None else {}
+        answered = meta.get("tool_call_id")
+        if isinstance(answered, str):
+            open_calls.discard(answered)
+        calls = meta.get("tool_calls")
+        if isinstance(calls, list):
+            open_calls.update(str(c) for c in calls)
+        closed.append(not open_calls)
+    return closed

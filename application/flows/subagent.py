@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pico.application.command import Command
-from pico.application.flows.common import AgentServices, task_state
+from pico.application.flows.common import AgentServices, closed_exchanges, task_state
 from pico.application.flows.generation import generation_state
 from pico.application.flows.inputs import input_result_address, set_results
 from pico.application.flows.owner import OWNER_STATUS, owner_status
@@ -165,20 +165,8 @@ def complete_prefix(tx: Command, context: Sequence[int]) -> list[int]:
     own call, say) are never inherited (§8.6)."""
     if not context:
         return []
-    headers = tx.get_entries(list(context), content=False)
-    open_calls: set[str] = set()
-    cut = 0
-    for index, entry_id in enumerate(context):
-        entry = headers.get(entry_id)
-        meta = (entry.metadata or {}) if entry is not None else {}
-        answered = meta.get("tool_call_id")
-        if isinstance(answered, str):
-            open_calls.discard(answered)
-        calls = meta.get("tool_calls")
-        if isinstance(calls, list):
-            open_calls.update(str(c) for c in calls)
-        if not open_calls:
-            cut = index + 1
+    closed = closed_exchanges(tx.get_entries(list(context), content=False), context)
+    cut = max((i + 1 for i, done in enumerate(closed) if done), default=0)
     return list(context[:cut])
 
 

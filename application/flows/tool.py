@@ -136,11 +136,23 @@ class ToolTaskDefinition(TaskDefinition):
                 )
             )
             return
+        await self._processed(task, ctx, running, call, outcome)
+
+    async def _processed(
+        self,
+        task: TaskSnapshot,
+        ctx: TaskExecution,
+        state: dict[str, JsonValue],
+        call: ToolCall,
+        outcome: ToolOutcome,
+    ) -> None:
+        """Run the result hooks (``after_tool``) on an outcome, then write it as the call's
+        result and settle."""
         outcome = await self.services.hooks.process_tool(call, outcome)
         await self._result(
             task,
             ctx,
-            running,
+            state,
             outcome.text,
             is_error=outcome.is_error,
             control=_control(outcome),
@@ -263,16 +275,7 @@ class ToolTaskDefinition(TaskDefinition):
             str(state.get("name")),
             arguments if isinstance(arguments, dict) else {},
         )
-        outcome = await self.services.hooks.process_tool(call, outcome)
-        await self._result(
-            task,
-            ctx,
-            state,
-            outcome.text,
-            is_error=outcome.is_error,
-            control=_control(outcome),
-            images=outcome.images,
-        )
+        await self._processed(task, ctx, state, call, outcome)
 
     async def _result(
         self,
