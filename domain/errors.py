@@ -28,6 +28,7 @@ __all__ = [
     "RequestKeyConflictError",
     "ReservedNamespaceError",
     "SequenceExhaustedError",
+    "SessionLockedError",
     "ShuttingDownError",
     "StalePrefixError",
     "StaleWriterError",
@@ -284,4 +285,20 @@ class ClaimContendedError(StaleWriterError):
             f"opening session {session_id!r} for writing lost the claim to another writer's "
             f"commits {attempts} times in a row; nothing was written. Retry the open, or stop "
             "the other owner first",
+        )
+
+
+class SessionLockedError(StaleWriterError):
+    """Another process holds the session's write lock (a JSONL store's ``flock``): opening
+    it for writing is refused before anything is written. Unlike its base class it fences
+    nobody: the other process stays the owner."""
+
+    def __init__(self, session_id: str, lock: str) -> None:
+        self.session_id = session_id
+        self.lock = lock
+        PicoError.__init__(
+            self,
+            f"session {session_id!r} is open for writing in another process (it holds the "
+            f"lock on {lock}); nothing was written. Close that harness (the lock is released "
+            "when its process exits, even by a crash), or open with read_only=True",
         )

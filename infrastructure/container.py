@@ -13,6 +13,7 @@ from dependency_injector import containers, providers
 
 from pico.application.ports import Storage
 from pico.domain.errors import UnknownSessionError
+from pico.infrastructure.jsonl.store import JsonlRecorder, JsonlStore
 from pico.infrastructure.memory import MemoryRecorder, named_database
 from pico.infrastructure.settings import PicoSettings, mask_url, settings_for
 from pico.infrastructure.sql import schema
@@ -62,6 +63,26 @@ def build_storage(settings: PicoSettings) -> Storage:
             read_store=mdb.read_store(sid),
             location=url,
         )
+    if url.startswith("jsonl:///"):
+        store = JsonlStore(
+            Path(url[len("jsonl:///") :]),
+            sid,
+            durability=settings.durability,
+            read_only=settings.read_only,
+        )
+        storage = EventSourcedStorage(
+            sid,
+            events=JsonlRecorder(store),
+            snapshots=MemoryRecorder(store.db, snapshots=True),
+            read_store=store.read_store,
+            location=store.location,
+        )
+        try:
+            store.open(storage.mapper)
+        except BaseException:
+            store.close()
+            raise
+        return storage
     if settings.read_only and url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if not path.exists():

@@ -63,30 +63,40 @@ class MemoryRecorder(AggregateRecorder):
         session_id: str = kwargs.get("session_id", "")
         ops: Sequence[RowOp] = kwargs.get("ops", ())
         with self.db.lock:
-            if self.is_events:
-                pending: dict[UUID, int] = {}
-                for e in stored_events:
-                    oid = UUID(str(e.originator_id))
-                    stream = self.streams.get(oid, [])
-                    # A new stream accepts any first version (the library's recorders
-                    # take version 0 too); after that versions must increase.
-                    last = pending.get(oid, stream[-1].originator_version if stream else -1)
-                    if e.originator_version <= last:
-                        raise IntegrityError(
-                            f"stream {oid} already has version {e.originator_version}"
-                        )
-                    pending[oid] = e.originator_version
-            for e in stored_events:
-                oid = UUID(str(e.originator_id))
-                if not self.is_events:  # only the newest snapshot is ever read
-                    self.streams[oid] = [e]
-                    continue
-                self.streams.setdefault(oid, []).append(e)
-                if self.is_events:
-                    self.db.log.setdefault(session_id, []).append(e)
-            if ops:
-                self.db.read_store(session_id).apply(ops)
+            self.check_versions(stored_events)
+            self.publish(stored_events, session_id, ops)
         return None
+
+    def check_versions(self, stored_events: Sequence[StoredEvent]) -> None:
+        """Refuse a batch whose versions do not extend their streams (``IntegrityError``),
+        before anything is applied. Call under the database lock."""
+        if not self.is_events:
+            return
+        pending: dict[UUID, int] = {}
+        for e in stored_events:
+            oid = UUID(str(e.originator_id))
+            stream = self.streams.get(oid, [])
+            # A new stream accepts any first version (the library's recorders take version
+            # 0 too); after that versions must increase.
+            last = pending.get(oid, stream[-1].originator_version if stream else -1)
+            if e.originator_version <= last:
+                raise IntegrityError(f"stream {oid} already has version {e.originator_version}")
+            pending[oid] = e.originator_version
+
+    def publish(
+        self, stored_events: Sequence[StoredEvent], session_id: str, ops: Sequence[RowOp]
+    ) -> None:
+        """Apply a checked batch: streams, the session's log and read-model rows, at once
+        for every reader (under the database lock)."""
+        for e in stored_events:
+            oid = UUID(str(e.originator_id))
+            if not self.is_events:  # only the newest snapshot is ever read
+                self.streams[oid] = [e]
+                continue
+            self.streams.setdefault(oid, []).append(e)
+            self.db.log.setdefault(session_id, []).append(e)
+        if ops:
+            self.db.read_store(session_id).apply(ops)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

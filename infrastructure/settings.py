@@ -35,7 +35,8 @@ DURABILITIES = ("process", "fsync")
 
 _URL_FORMS = (
     "use sqlite:///relative/path.db or sqlite:////absolute/path.db, memory:// or "
-    "memory://name, or postgresql://user@host/database"
+    "memory://name, jsonl:///relative/dir or jsonl:////absolute/dir, or "
+    "postgresql://user@host/database"
 )
 _PG_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
 
@@ -77,6 +78,19 @@ def check_storage_url(url: object) -> str:
             raise ConfigurationError(
                 f"storage URL {shown!r} carries options or a NUL byte; pico takes a plain "
                 "file path (pass read_only= and durability= to Harness.open instead)"
+            )
+        return url
+    if url.startswith("jsonl:"):
+        if not url.startswith("jsonl:///") or not url[len("jsonl:///") :]:
+            raise ConfigurationError(
+                f"storage URL {shown!r} names no directory: a JSONL URL takes three slashes "
+                "before a relative path (jsonl:///sessions) and four before an absolute one "
+                "(jsonl:////var/lib/pico)"
+            )
+        if "?" in url or "\x00" in url:
+            raise ConfigurationError(
+                f"storage URL {shown!r} carries options or a NUL byte; pico takes a plain "
+                "directory path (pass read_only= and durability= to Harness.open instead)"
             )
         return url
     if url.startswith(_PG_SCHEMES):

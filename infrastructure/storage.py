@@ -203,7 +203,9 @@ class EventSourcedStorage:
         if working:
             ops.extend(project_working(working))
         try:
-            self.events.put(events, session_id=self.session_id, ops=ops, defer=defer)
+            self.events.put(
+                events, session_id=self.session_id, ops=ops, defer=defer, working=working
+            )
         except IntegrityError as exc:
             raise StaleWriterError(self.session_id) from exc
         due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
