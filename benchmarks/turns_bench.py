@@ -7,6 +7,8 @@ database bytes, and the cost of the last 100 turns against the first 100.
     python -m benchmarks.turns_bench --series         # also per-100-turn means + WAL size
     python -m benchmarks.turns_bench --memory         # the same on the memory backend (no
                                                       # database, as the seed's spike ran)
+    python -m benchmarks.turns_bench --backend jsonl --durability fsync
+                                                      # JSONL files (or sqlite), either durability
 
 Prints Markdown (also benchmarks/results/turns.md).
 """
@@ -25,6 +27,8 @@ from typing import Any
 import pico
 from pico import FauxProvider, FauxResponse, ToolContext
 from pico.domain.json import JsonObject
+
+BACKENDS = ("sqlite", "jsonl", "memory")
 
 SCHEMA: JsonObject = {
     "type": "object",
@@ -47,7 +51,11 @@ def _script(turns: int) -> list[Any]:
 
 
 async def run(
-    url: str, turns: int, chunk_chars: int, wal: Path | None = None
+    url: str,
+    turns: int,
+    chunk_chars: int,
+    wal: Path | None = None,
+    durability: str | None = None,
 ) -> tuple[list[float], float, float]:
     async def read(args: JsonObject, ctx: ToolContext) -> str:
         return f"contents of {args['path']}"
@@ -58,7 +66,9 @@ async def run(
     # The provider's request log is test bookkeeping, not harness memory: not kept here.
     provider = FauxProvider(_script(turns), chunk_chars=chunk_chars, keep_requests=False)
     tools = [pico.Tool("read", "Read", SCHEMA, read), pico.Tool("grep", "Grep", SCHEMA, grep)]
-    h = await pico.Harness.open(url, session="turns", provider=provider, tools=tools)
+    h = await pico.Harness.open(
+        url, session="turns", durability=durability, provider=provider, tools=tools
+    )
     c = await h.root()
     per_turn: list[float] = []
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -70,7 +80,7 @@ async def run(
         if wal is not None and (i + 1) % 100 == 0:
             chunk = statistics.mean(per_turn[-100:]) * 1000
             size = wal.stat().st_size / 2**20 if wal.exists() else 0.0
-            print(f"turns {i - 98:>5}-{i + 1:<5} {chunk:6.2f} ms/turn  WAL {size:5.1f} MiB")
+            print(f"turns {i - 98:>5}-{i + 1:<5} {chunk:6.2f} ms/turn  {wal.name} {size:5.1f} MiB")
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     assert provider.request_count == 2 * turns
     await h.close()
@@ -83,20 +93,37 @@ def main() -> None:
     ap.add_argument("--chunk-chars", type=int, default=16)
     ap.add_argument("--series", action="store_true", help="print per-100-turn means")
     ap.add_argument("--memory", action="store_true", help="the memory backend, no database")
+    ap.add_argument("--backend", choices=BACKENDS, default="sqlite")
+    ap.add_argument("--durability", choices=("process", "fsync"), default="process")
     args = ap.parse_args()
+    backend = "memory" if args.memory else args.backend
     tmp = Path(tempfile.mkdtemp(prefix="pico-turns-"))
     db = tmp / "turns.db"
-    wal = tmp / "turns.db-wal" if args.series else None
-    url = "memory://turns-bench" if args.memory else f"sqlite:///{db}"
-    per_turn, wall, cpu = asyncio.run(run(url, args.turns, args.chunk_chars, wal))
+    # --series follows the file that grows: SQLite's WAL, or the JSONL main journal.
+    grows = tmp / ("turns.jsonl" if backend == "jsonl" else "turns.db-wal")
+    url = {
+        "memory": "memory://turns-bench",
+        "sqlite": f"sqlite:///{db}",
+        "jsonl": f"jsonl:///{tmp}",
+    }[backend]
+    per_turn, wall, cpu = asyncio.run(
+        run(
+            url,
+            args.turns,
+            args.chunk_chars,
+            grows if args.series else None,
+            None if backend == "memory" else args.durability,
+        )
+    )
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    size = sum(p.stat().st_size for p in tmp.iterdir()) / 2**20
+    size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
     first = statistics.mean(per_turn[:100]) * 1000
     last = statistics.mean(per_turn[-100:]) * 1000
     report = "\n".join(
         [
             f"{args.turns:,} faux turns, two tools per turn, one conversation, "
-            + ("memory backend" if args.memory else "SQLite (process durability)")
+            + {"memory": "memory backend", "sqlite": "SQLite", "jsonl": "JSONL"}[backend]
+            + ("" if backend == "memory" else f" ({args.durability} durability)")
             + f", text streamed in {args.chunk_chars}-character frames",
             "",
             "| wall s | CPU s | peak RSS MiB | database + WAL MiB | first 100 turns ms/turn | "
@@ -108,7 +135,16 @@ def main() -> None:
     )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / ("turns-memory.md" if args.memory else "turns.md")).write_text(report + "\n")
+    name = (
+        "turns.md"
+        if (backend, args.durability) == ("sqlite", "process")
+        else (
+            f"turns-{backend}.md"
+            if backend == "memory"
+            else f"turns-{backend}-{args.durability}.md"
+        )
+    )
+    (out / name).write_text(report + "\n")
     print(report)
 
 
