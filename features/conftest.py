@@ -34,3 +34,30 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
         yield w
         for h in [*w.others, *([w.harness] if w.harness else [])]:
             runner.run(h.close())
+
+
+#: Backends whose one writer holds a lock while it is open: a second writer is refused
+#: instead of taking the session over (``@takeover`` scenarios describe the takeover; the
+#: ``@exclusive`` ones describe the refusal).
+EXCLUSIVE = {"jsonl"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each tagged scenario runs on the backends it describes; the others are deselected,
+    not skipped."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("world") if callspec is not None else None
+        marks = {m.name for m in item.iter_markers()}
+        if name is not None and (
+            ("takeover" in marks and name in EXCLUSIVE)
+            or ("exclusive" in marks and name not in EXCLUSIVE)
+        ):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

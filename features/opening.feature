@@ -8,6 +8,7 @@ Feature: Opening a session
     Given a session with conversation "A"
     And "A" has the messages "m1"
 
+  @takeover
   Scenario: A second owner gets in although the first commits while it opens
     When a second owner opens the session while the first owner appends "m2" to "A"
     Then the second owner holds the session

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pico
 
-BACKENDS = ["memory", "sqlite", "postgresql"]
+BACKENDS = ["memory", "sqlite", "postgresql", "jsonl"]
 
 
 def postgres_url() -> str | None:
@@ -38,6 +38,12 @@ class Backend:
     url: str
     session: str = field(default_factory=lambda: f"t-{uuid.uuid4().hex[:12]}")
 
+    @property
+    def exclusive_writer(self) -> bool:
+        """Does the writer hold a lock while open (JSONL), so that a second writer is
+        refused instead of taking the session over?"""
+        return self.name == "jsonl"
+
     async def open(self, session: str | None = None, **kwargs: object) -> pico.Harness:
         return await pico.Harness.open(self.url, session=session or self.session, **kwargs)  # type: ignore[arg-type]
 
@@ -47,6 +53,8 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
         return Backend(name, f"memory://{uuid.uuid4().hex}")
     if name == "sqlite":
         return Backend(name, f"sqlite:///{tmp_path / 'pico.db'}")
+    if name == "jsonl":
+        return Backend(name, f"jsonl:///{tmp_path / 'jsonl'}")
     return Backend(name, require_postgres("this test"))
 
 

@@ -204,6 +204,14 @@ def second_owner(world: World) -> None:
     world.others.append(world.run(world.backend.open()))
 
 
+@when("a second owner tries to open the session")
+def second_owner_tries(world: World) -> None:
+    async def open_other() -> None:
+        world.others.append(await world.backend.open())
+
+    world.attempt(open_other())
+
+
 @when(parsers.parse('the first owner tries to append "{name}" to "{conv}"'))
 def first_owner_appends(world: World, name: str, conv: str) -> None:
     world.attempt(world.conv(conv).append("user", name))
