@@ -2,19 +2,26 @@
 files"; seed 003 §7.5 spirit: never silently lose or rewrite history).
 
 Opens the storage read-only at the driver level (SQLite ``mode=ro``; a PostgreSQL read-only
-transaction) and checks: SQLite's ``PRAGMA integrity_check``, that every event of the
+transaction; a JSONL journal through its ordinary read-only open, which takes no lock and
+writes nothing) and checks: SQLite's ``PRAGMA integrity_check``, that every event of the
 session decodes, that event versions are contiguous per aggregate, that the log ends with
 a batch boundary, and that the read model equals a replay of the events through the pure
 projector into a fresh in-memory read store, table by table. Damage a cheap open cannot
 see (a read-model row changed behind pico's back, a deleted event row, an event body
 changed to other valid JSON, a damaged snapshot) is found here. Working-scope rows are not
 history (they are not events) and are left out of the comparison.
+
+A JSONL session has no stored read model: it is rebuilt from the journal on every open. Its
+journal is replayed and compared with the read model the session answers from: its live
+owner's, when that owner is in this process (so an event changed in the file behind the
+owner's back is found), else the one the read-only open built.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,8 @@ from pico.domain.errors import (
     StorageUnavailableError,
     UnknownSessionError,
 )
+from pico.infrastructure.jsonl.journal import Journal
+from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import MemoryDatabase, named_database
 from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
@@ -101,7 +110,8 @@ async def check(url: str, *, session: str = "main") -> CheckReport:
     """Verify one stored session without writing anything.
 
     Args:
-        url: a storage URL (``sqlite:///path.db``, ``memory://name``, ``postgresql://...``).
+        url: a storage URL (``sqlite:///path.db``, ``memory://name``, ``postgresql://...``,
+            ``jsonl:///dir``).
         session: the session to verify.
 
     Returns:
@@ -109,8 +119,10 @@ async def check(url: str, *, session: str = "main") -> CheckReport:
 
     Raises:
         ConfigurationError: the URL is not one pico can check.
-        UnknownSessionError: there is no such file, no pico tables, or no such session.
-        StorageUnavailableError: the PostgreSQL server cannot be reached.
+        UnknownSessionError: there is no such file, no pico tables, no such session, or
+            (JSONL) no journal for the session in the directory.
+        StorageUnavailableError: the PostgreSQL server cannot be reached; the SQLite file
+            or the JSONL directory is missing or is not a file or directory.
     """
     # The one configuration gate: the same rules, and errors, as Harness.open.
     settings_for(url, session=session, read_only=True)
@@ -261,6 +273,8 @@ def _check(url: str, session: str) -> CheckReport:
     skipped: tuple[str, ...] = ()
     if url.startswith("memory://"):
         return _check_memory(url, session, findings)
+    if url.startswith("jsonl:///"):
+        return _check_jsonl(Path(url[len("jsonl:///") :]), session, findings)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if path.is_dir():
@@ -527,19 +541,101 @@ def _check_memory(url: str, session: str, findings: _Findings) -> CheckReport:
         live = db.read_stores.get(session)
     if not log and live is None:
         raise UnknownSessionError(session)
+    return _check_log(session, log, db, live, findings)
+
+
+def _check_log(
+    session: str,
+    log: Sequence[StoredEvent],
+    snapshots: MemoryDatabase,
+    live: MemoryReadStore | None,
+    findings: _Findings,
+) -> CheckReport:
+    """Replay an in-memory log (position = index + 1, as its audit numbers it), check the
+    snapshots kept in ``snapshots``, and compare the replay with ``live``."""
     replica = MemoryReadStore(session)
     replay = _Replay(findings, lambda batch: replica.apply(project(batch)))
     for i, stored in enumerate(log):
         replay.feed(i + 1, stored)
     replay.finish()
-    with db.lock:
-        snapshots = [(oid, list(db.snapshots.get(oid, []))) for oid in replay.streams]
-    for oid, kept in snapshots:
-        for snap in kept:
+    with snapshots.lock:
+        kept = [(oid, list(snapshots.snapshots.get(oid, []))) for oid in replay.streams]
+    for oid, snaps in kept:
+        for snap in snaps:
             replay.snapshot(oid, snap.originator_version, snap.topic, snap.state)
-    if replay.decodable and live is not None:
-        with db.lock:
+    if not replay.decodable:
+        findings.add(
+            "read model", "not compared: the replay stopped at the first event that does not decode"
+        )
+    elif live is not None:
+        with live.lock:
             _compare_memory(live, replica, findings)
+    return CheckReport(session, replay.count, findings.result(), ())
+
+
+# ------------------------------------------------------------------------------- JSONL
+
+
+def _check_jsonl(directory: Path, session: str, findings: _Findings) -> CheckReport:
+    """Open the journal read-only (no lock, nothing written), replay its events and compare
+    them with the read model the session answers from. While a writer of this process owns
+    the session, its lock is held for the whole check, so no commit lands between reading
+    the file and comparing with the owner's read model."""
+    if not directory.exists():
+        raise StorageUnavailableError(
+            f"there is no JSONL directory at {directory}; check the path (check never creates one)"
+        )
+    if not directory.is_dir():
+        raise StorageUnavailableError(f"{directory} is a file; give the JSONL store's directory")
+    journal = Journal(directory, session, fsync=False)
+    if not journal.main.exists():
+        raise UnknownSessionError(f"{session} (no journal at {journal.main})")
+    owner = live_writer(directory, session)
+    with owner.db.lock if owner is not None else nullcontext():
+        store = JsonlStore(directory, session, durability="process", read_only=True)
+        try:
+            store.open(make_mapper())
+        except Exception as exc:  # damage is a finding: the journal is read line by line
+            return _check_damaged_journal(journal, session, exc, findings)
+        finally:
+            store.close()
+        kept = owner.db if owner is not None else store.db
+        answering = owner.read_store if owner is not None else store.read_store
+        return _check_log(session, store.db.log.get(session, []), kept, answering, findings)
+
+
+def _check_damaged_journal(
+    journal: Journal, session: str, error: Exception, findings: _Findings
+) -> CheckReport:
+    """The ordinary open refused the journal. A line that does not parse is one ``storage``
+    finding (the file, line and byte offset); otherwise the lines parse and the events are
+    replayed one by one, so an event that does not decode (or replay) is named by its
+    position."""
+    try:
+        loaded = journal.load()
+    except StorageCorruptError as exc:
+        findings.add("storage", str(exc))
+        return CheckReport(session, 0, findings.result(), ())
+    except OSError as exc:
+        findings.add("storage", f"{journal.main} cannot be read: {_short(exc)}")
+        return CheckReport(session, 0, findings.result(), ())
+    events = [e for batch in loaded.batches for e in batch.events]
+    replica = MemoryReadStore(session)
+    replay = _Replay(findings, lambda batch: replica.apply(project(batch)))
+    for i, stored in enumerate(events):
+        replay.feed(i + 1, stored)
+    replay.finish()
+    if replay.decodable:  # every event replays: the open failed on something else
+        findings.add(
+            "storage",
+            str(error)
+            if isinstance(error, StorageCorruptError)
+            else f"{journal.main} cannot be opened: {_short(error)}",
+        )
+    else:
+        findings.add(
+            "read model", "not compared: the replay stopped at the first event that does not decode"
+        )
     return CheckReport(session, replay.count, findings.result(), ())
 
 

@@ -1,9 +1,13 @@
 """Steps for ``pico check``: damaging a session the way an operator with database tools
-could (the one place steps reach past the public API, because the behaviour is about
-damage pico did not make), then checking it through ``pico.check``."""
+(or a text editor, for a JSONL journal) could (the one place steps reach past the public
+API, because the behaviour is about damage pico did not make), then checking it through
+``pico.check``."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +16,7 @@ from pytest_bdd import parsers, then, when
 
 import pico
 from features.steps.library import World
+from pico.infrastructure.jsonl.journal import Journal
 from pico.infrastructure.memory import named_database
 
 
@@ -44,6 +49,30 @@ def _memory(world: World) -> Any:
     return named_database(world.backend.url[len("memory://") :])
 
 
+def _edit_journal(world: World, edit: Callable[[int, list[list[Any]]], bool]) -> None:
+    """Rewrite exactly one batch line of the session's JSONL journal in place. ``edit``
+    gets the position of the line's first event and the line's events (``[id, version,
+    topic, body]``), changes them and says whether it did; the line stays valid JSON, so
+    the damage is to an event, not a corrupt line."""
+    url = world.backend.url
+    main = Journal(Path(url[len("jsonl:///") :]), world.backend.session, fsync=False).main
+    lines = main.read_bytes().split(b"\n")
+    position, edited = 1, 0
+    for i, raw in enumerate(lines[1:], start=1):
+        if not raw:
+            continue
+        record = json.loads(raw)
+        events: list[list[Any]] = record["events"]
+        first, count = position, len(events)
+        position += count
+        if not edited and edit(first, events):
+            text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+            lines[i] = text.encode()
+            edited += 1
+    assert edited == 1, "no batch line held the event to damage"
+    main.write_bytes(b"\n".join(lines))
+
+
 @when(parsers.parse('entry "{name}" is altered outside pico'))
 def alter_entry(world: World, name: str) -> None:
     entry = world.id(name)
@@ -52,6 +81,19 @@ def alter_entry(world: World, name: str) -> None:
         store = _memory(world).read_stores[world.backend.session]
         with store.lock:
             store._entries[entry] = store._entries[entry]._replace(content='"altered"')
+        return
+    if world.backend.name == "jsonl":  # the journal is the only stored form of the entry
+
+        def alter(_first: int, events: list[list[Any]]) -> bool:
+            for e in events:
+                body = json.loads(e[3])
+                if e[2].endswith("Conversation.EntryAppended") and body["seq"] == entry:
+                    body["content"] = '"altered"'
+                    e[3] = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+                    return True
+            return False
+
+        _edit_journal(world, alter)
         return
     _sql(
         world,
@@ -71,6 +113,16 @@ def lose_event(world: World, conv: str) -> None:
         db = _memory(world)
         with db.lock:
             del db.log[world.backend.session][second.position - 1]
+        return
+    if world.backend.name == "jsonl":
+
+        def drop(first: int, events: list[list[Any]]) -> bool:
+            if not first <= second.position < first + len(events):
+                return False
+            del events[second.position - first]
+            return True
+
+        _edit_journal(world, drop)
         return
     _sql(world, "DELETE FROM pico_events WHERE session_id = :sid AND id = :id", id=second.position)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,21 @@ from pico.infrastructure.memory import MemoryDatabase, MemoryRecorder
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import PutCommit, RetireWorking, RowOp, project, project_working
 
-__all__ = ["JsonlRecorder", "JsonlStore"]
+__all__ = ["JsonlRecorder", "JsonlStore", "live_writer"]
 
 log = logging.getLogger("pico.jsonl")
 
 MAIN = "main"
+
+#: The writers open in this process, by (resolved main file, session): ``pico check``
+#: compares a journal's replay with the read model its live owner answers from.
+_writers: weakref.WeakValueDictionary[tuple[str, str], JsonlStore] = weakref.WeakValueDictionary()
+
+
+def live_writer(directory: Path, session_id: str) -> JsonlStore | None:
+    """The store of this process that owns ``session_id`` in ``directory``, if any."""
+    main = Journal(directory, session_id, fsync=False).main
+    return _writers.get((str(main.resolve()), session_id))
 
 
 class JsonlStore:
@@ -130,6 +141,7 @@ class JsonlStore:
             if path.stat().st_size != length:
                 journal.truncate(path, length)
             self._lifetimes[scope] = path
+        _writers[(str(journal.main.resolve()), self.session_id)] = self
 
     def _decode(self, mapper: Any, stored: StoredEvent) -> Any:
         try:
@@ -191,6 +203,9 @@ class JsonlStore:
         return True
 
     def close(self) -> None:
+        key = (str(self.journal.main.resolve()), self.session_id)
+        if _writers.get(key) is self:
+            del _writers[key]
         self.journal.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
