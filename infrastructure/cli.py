@@ -5,6 +5,10 @@ python -m pico show  --url sqlite:///demo.db [--session main]
 python -m pico audit --url sqlite:///demo.db [--session main] [--after N] [--limit N]
 python -m pico check sqlite:///demo.db [--session main]
 
+The reading commands take any storage URL: ``sqlite:///demo.db``, ``postgresql://...`` or a
+JSONL store's directory (``jsonl:///sessions``, four slashes before an absolute path); a
+JSONL read takes no lock and writes nothing, so it runs beside the session's owner.
+
 No command deletes or rewrites a file it was not asked to create (``demo --force`` is the
 one explicit exception); every error is one line on stderr and a non-zero exit code.
 """
@@ -431,10 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_check = sub.add_parser(
         "check",
         help="verify a stored session: integrity, events, read model",
-        description="Verify a stored session without writing: the SQLite integrity check, "
-        "every event decodes, versions are contiguous, batches end with their boundary, and "
-        "the read model equals a replay of the events. Exit code 0: clean; 1: findings, one "
-        "per line; 2: the check could not run.",
+        description="Verify a stored session without writing: the SQLite integrity check "
+        "(every line of a JSONL journal parses), every event decodes, versions are "
+        "contiguous, batches end with their boundary, and the read model equals a replay of "
+        "the events. Exit code 0: clean; 1: findings, one per line; 2: the check could not "
+        "run.",
     )
     _add_location(p_check)
     return parser
@@ -444,7 +449,10 @@ def _add_location(p: argparse.ArgumentParser) -> None:
     """Where the session is, the same for every reading command: the URL as the first
     argument (``pico audit sqlite:///x.db``) or as ``--url``."""
     p.add_argument(
-        "url", nargs="?", default=None, help="the storage URL, e.g. sqlite:///pico-demo.db"
+        "url",
+        nargs="?",
+        default=None,
+        help="the storage URL, e.g. sqlite:///pico-demo.db or jsonl:///sessions",
     )
     p.add_argument(
         "--url", dest="url_option", metavar="URL", default=None, help="the same, as an option"

@@ -120,6 +120,10 @@ async def test_check_show_and_audit_take_no_lock_and_leave_every_file_as_it_was(
     audited = [json.loads(line) for line in _cli("audit", url).stdout.splitlines()]
     assert len(audited) == report.events
     assert [r["position"] for r in audited] == list(range(1, report.events + 1))
+    paged = _cli("audit", url, "--limit", "2")
+    assert len(paged.stdout.splitlines()) == 2
+    assert f"{report.events - 2} more events remain: continue with --after 2" in paged.stderr
+    assert _files(directory) == before
 
 
 async def test_check_runs_while_another_process_holds_the_writers_lock(tmp_path: Path) -> None:
@@ -258,3 +262,39 @@ async def test_a_missing_directory_or_journal_is_an_error_and_creates_nothing(
     done = _cli("check", f"jsonl:///{tmp_path / 'empty'}")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert "Traceback" not in done.stderr and list((tmp_path / "empty").iterdir()) == []
+
+
+async def test_a_commit_of_the_live_owner_waits_until_the_check_has_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is read and compared with the owner's read model under the owner's lock: a
+    commit started meanwhile lands after the comparison, never between its two reads."""
+    import asyncio
+
+    from pico.infrastructure import verify
+
+    directory = tmp_path / "store"
+    url = f"jsonl:///{directory}"
+    async with await pico.Harness.open(url, session="main") as h:
+        c = await h.root()
+        await c.append("user", "before the check")
+        loop = asyncio.get_running_loop()
+        compare = verify._check_log
+        started: list[Any] = []
+
+        def commit_meanwhile(*args: Any) -> pico.CheckReport:
+            if not started:  # the check's worker thread: the file read, not yet compared
+                future = asyncio.run_coroutine_threadsafe(c.append("user", "meanwhile"), loop)
+                started.append(future)
+                with pytest.raises(TimeoutError):
+                    future.result(timeout=0.5)  # held back by the check
+            return compare(*args)
+
+        monkeypatch.setattr(verify, "_check_log", commit_meanwhile)
+        report = await pico.check(url, session="main")
+        assert started, "no commit was attempted during the check"
+        assert report.ok, [str(f) for f in report.findings]
+        await asyncio.wrap_future(started[0])
+        monkeypatch.undo()
+        again = await pico.check(url, session="main")
+        assert again.ok and again.events > report.events
