@@ -177,8 +177,9 @@ class Journal:
             last = batch.hi
             out.batches.append(batch)
         if self.scopes.is_dir():
+            scopes = {batch.hi: batch.scope for batch in out.batches}
             for path in sorted(self.scopes.iterdir()):
-                self._load_sidecar(path, last, out)
+                self._load_sidecar(path, last, scopes, out)
         return out
 
     def _parse(self, path: Path, number: int, offset: int, raw: bytes) -> dict[str, Any]:
@@ -241,7 +242,9 @@ class Journal:
             )
         return Batch(lo, hi, scope, events)
 
-    def _load_sidecar(self, path: Path, main_last: int, out: Loaded) -> None:
+    def _load_sidecar(
+        self, path: Path, main_last: int, scopes: dict[int, str], out: Loaded
+    ) -> None:
         confirmed = 0
         lifetime: tuple[int, str] | None = None
         for number, offset, raw in _lines(path):
@@ -264,6 +267,10 @@ class Journal:
                 ) from None
             if seq > main_last:
                 break  # written, but its main line never was: not committed
+            if scopes.get(seq) != scope:
+                # A line whose main line was torn and whose file a failed cleanup left
+                # behind: its sequence now belongs to another batch. Never committed.
+                continue
             if lifetime is None:
                 lifetime = (first, scope)
             out.working[seq] = WorkingBatch(seq, first, last, writes)
@@ -276,8 +283,11 @@ class Journal:
     def create(self) -> None:
         """A new journal: the header line, the directory entry made durable."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._write(self.main, self._header(), new=True)
+
+    def _header(self) -> bytes:
         header = {"format": FORMAT, "version": FORMAT_VERSION, "session": self.session_id}
-        self._write(self.main, json.dumps(header).encode() + b"\n", new=True)
+        return json.dumps(header).encode() + b"\n"
 
     def truncate(self, path: Path, length: int) -> None:
         """Cut an unterminated (or unconfirmed) tail so the next append starts clean."""
@@ -295,7 +305,12 @@ class Journal:
                 for e in batch.events
             ],
         }
-        self._write(self.main, _encode(line))
+        data = _encode(line)
+        if self.main not in self._fds and self.main.stat().st_size == 0:
+            # A main file with no header: a crash while it was created, or a torn header
+            # cut away on open. The header goes first, in the same write.
+            data = self._header() + data
+        self._write(self.main, data)
 
     def sidecar(self, scope: str, first: int) -> Path:
         """The file of a working-scope lifetime that starts at ``first``: each lifetime its

@@ -329,17 +329,21 @@ async def test_a_sidecar_missing_after_its_retirement_is_fine(tmp_path: Path) ->
 
 # ---------------------------------------------------------------- retirement faults
 class _FailingUnlink:
-    """``Journal.unlink`` that raises ``OSError`` for its first ``times`` calls."""
+    """``Journal.unlink`` that raises ``OSError`` for its first ``times`` calls (of
+    ``only``, when given)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, times: int = 1) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, times: int = 1, only: Path | None = None
+    ) -> None:
         self.real = Journal.unlink
         self.times = times
+        self.only = only
         self.failed: list[Path] = []
         monkeypatch.setattr(Journal, "unlink", self)
 
     def __get__(self, journal: Journal, owner: type) -> Callable[[Path], None]:
         def unlink(path: Path) -> None:
-            if self.times > 0:
+            if self.times > 0 and self.only in (None, path):
                 self.times -= 1
                 self.failed.append(path)
                 raise OSError(f"unlink {path}: device busy")
@@ -460,3 +464,53 @@ async def test_a_write_that_fails_after_construction_publishes_nothing(
     assert _main(tmp_path).read_bytes() == files
     await h.close()
     assert await _digest(tmp_path) == before
+
+
+async def test_a_stale_sidecar_line_a_failed_cleanup_left_is_never_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _seeded(tmp_path)
+    h = await _open(tmp_path)
+    await h.command(lambda tx: tx.retire_working_scope(WORK))
+    await h.command(WORK, lambda tx: tx.append_list(FRAMES, "stale"))
+    await h.close()
+    (stale,) = _sidecars(tmp_path)  # the new lifetime's file; the retired one is gone
+    # The crash came between the new lifetime's first sidecar line and its main line...
+    main = _main(tmp_path).read_bytes()
+    _main(tmp_path).write_bytes(main[: _line_starts(main)[-1]])
+    # ... and the cleanup of the file nothing committed fails.
+    failing = _FailingUnlink(monkeypatch, only=stale)
+    h = await _open(tmp_path)
+    assert failing.failed == [stale] and stale.exists()
+    # The next batch of the scope reuses the uncommitted ids, so the same file name.
+    await h.command(WORK, lambda tx: tx.append_list(FRAMES, "fresh"))
+    assert _sidecars(tmp_path) == [stale]
+    assert [i.value for i in (await h.read_list(FRAMES)).items] == ["fresh"]
+    await h.close()
+    # Check: the stale line's sequence now belongs to another batch (the claim): never
+    # committed, on every reopen.
+    for read_only in (True, False):
+        h = await _open(tmp_path, read_only=read_only)
+        assert [i.value for i in (await h.read_list(FRAMES)).items] == ["fresh"], read_only
+        await h.close()
+
+
+@pytest.mark.parametrize("left", [b"", b'{"format": "pico-js'], ids=["empty", "torn header"])
+async def test_a_journal_a_crash_left_without_its_header_is_made_whole(
+    tmp_path: Path, left: bytes
+) -> None:
+    (tmp_path / "j").mkdir()
+    _main(tmp_path).write_bytes(left)  # the crash came while the journal was created
+    with pytest.raises(pico.UnknownSessionError):
+        await _open(tmp_path, read_only=True)
+    assert _main(tmp_path).read_bytes() == left
+    h = await _open(tmp_path)
+    entry = await (await h.root()).append("user", "first")
+    await h.close()
+    # Check: the header was written before the first batch; every later open reads it.
+    lines = _main(tmp_path).read_bytes().splitlines()
+    assert json.loads(lines[0]) == {"format": "pico-jsonl", "version": 1, "session": SESSION}
+    for read_only in (False, True):
+        h = await _open(tmp_path, read_only=read_only)
+        assert [e.id for e in (await (await h.root()).entries()).items] == [entry]
+        await h.close()
