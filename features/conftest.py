@@ -14,6 +14,7 @@ from features.steps.check import *  # noqa: F403
 from features.steps.collapse_recovery import *  # noqa: F403
 from features.steps.initialization import *  # noqa: F403
 from features.steps.interrupted import *  # noqa: F403
+from features.steps.journal import *  # noqa: F403
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
 from features.steps.library import World
 from features.steps.opening import *  # noqa: F403
