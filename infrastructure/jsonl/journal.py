@@ -54,6 +54,12 @@ FORMAT_VERSION = 1
 #: Topics of the Session aggregate's events (the journal's sequence).
 SESSION_TOPIC = "pico.domain.session:Session."
 
+#: The scope of a main batch (any other scope is a working scope's, with a sidecar line).
+MAIN_SCOPE = "main"
+
+#: How often a read repeats when a concurrent writer unlinked a sidecar under it.
+_RELOADS = 10
+
 
 def file_name(name: str) -> str:
     """A session or scope name as one file-name component (percent-encoded)."""
@@ -112,10 +118,9 @@ def _corrupt(path: Path, line: int, offset: int, why: str) -> StorageCorruptErro
     )
 
 
-def _lines(path: Path) -> Iterator[tuple[int, int, bytes | None]]:
+def _lines(data: bytes) -> Iterator[tuple[int, int, bytes | None]]:
     """(line number, byte offset, complete line without its newline, or None for an
     unterminated tail)."""
-    data = path.read_bytes()
     offset = 0
     number = 0
     while offset < len(data):
@@ -146,11 +151,28 @@ class Journal:
     # ------------------------------------------------------------------ reading
     def load(self) -> Loaded:
         """Parse every complete line of the main file and the sidecars (validated), and
-        note a torn tail; change nothing."""
+        note a torn tail; change nothing.
+
+        A reader may run while the writer of another process appends: the main file is
+        read first, then the sidecars, so a sidecar line the main file confirms was
+        written before it. Only a sidecar the writer unlinked in between (after a
+        retirement this read did not see) can be missing; then the main file has grown
+        since, and the whole read is repeated."""
+        for _ in range(_RELOADS):
+            data = self.main.read_bytes()
+            out = self._load(data)
+            unconfirmed = any(
+                b.scope != MAIN_SCOPE and b.hi not in out.working for b in out.batches
+            )
+            if not unconfirmed or self.main.stat().st_size == len(data):
+                break
+        return out
+
+    def _load(self, data: bytes) -> Loaded:
         out = Loaded()
         header_seen = False
         last = 0
-        for number, offset, raw in _lines(self.main):
+        for number, offset, raw in _lines(data):
             if raw is None:
                 out.torn = True
                 break
@@ -247,7 +269,11 @@ class Journal:
     ) -> None:
         confirmed = 0
         lifetime: tuple[int, str] | None = None
-        for number, offset, raw in _lines(path):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # unlinked by a writer since the directory was listed
+            return
+        for number, offset, raw in _lines(data):
             if raw is None:
                 break  # a torn sidecar tail: never committed (its main line follows it)
             record = self._parse(path, number, offset, raw)

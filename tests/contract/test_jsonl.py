@@ -17,6 +17,7 @@ import pytest
 from eventsourcing.persistence import IntegrityError
 
 import pico
+from pico.infrastructure.jsonl import journal as journal_module
 from pico.infrastructure.jsonl.journal import Journal, check_append
 from pico.infrastructure.jsonl.store import JsonlStore
 from tests.digest import state_digest
@@ -514,3 +515,55 @@ async def test_a_journal_a_crash_left_without_its_header_is_made_whole(
         h = await _open(tmp_path, read_only=read_only)
         assert [e.id for e in (await (await h.root()).entries()).items] == [entry]
         await h.close()
+
+
+@pytest.mark.parametrize("when", ["before the sidecars are listed", "after they are listed"])
+async def test_a_reader_racing_a_retirement_and_its_unlink_reads_a_complete_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    await _seeded(tmp_path)
+    writer = await _open(tmp_path)
+    read_main, retired = threading.Event(), threading.Event()
+
+    def pause() -> None:  # the reader, once: the main file read, the sidecars not yet
+        if not read_main.is_set():
+            read_main.set()
+            assert retired.wait(30)
+
+    if when == "before the sidecars are listed":
+        real_lines = journal_module._lines
+
+        def lines(data: bytes) -> Any:
+            out = list(real_lines(data))
+            pause()
+            return iter(out)
+
+        monkeypatch.setattr(journal_module, "_lines", lines)
+    else:
+        real_sidecar = Journal._load_sidecar
+
+        def load_sidecar(journal: Journal, *args: Any) -> None:
+            pause()
+            real_sidecar(journal, *args)
+
+        monkeypatch.setattr(Journal, "_load_sidecar", load_sidecar)
+
+    async def read() -> list[str]:
+        h = await _open(tmp_path, read_only=True)
+        try:
+            return [i.value for i in (await h.read_list(FRAMES)).items]
+        finally:
+            await h.close()
+
+    reader = asyncio.ensure_future(asyncio.to_thread(lambda: asyncio.run(read())))
+    assert await asyncio.to_thread(read_main.wait, 30)
+    # The writer retires the scope and unlinks its sidecar while the reader is between
+    # the main file and the sidecars.
+    (sidecar,) = _sidecars(tmp_path)
+    await writer.command(lambda tx: tx.retire_working_scope(WORK))
+    assert not sidecar.exists()
+    retired.set()
+    # Check: the reader is not fooled into corruption: it reads again and sees the
+    # retirement (a complete state), not a committed batch whose sidecar vanished.
+    assert await reader == []
+    await writer.close()
