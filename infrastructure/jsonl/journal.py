@@ -352,8 +352,10 @@ class Journal:
             "writes": [[w.op, w.seq, w.namespace, w.key, w.value] for w in batch.writes],
         }
         new = not path.exists()
-        if new:
-            self.scopes.mkdir(exist_ok=True)
+        if new and not self.scopes.is_dir():
+            self.scopes.mkdir()
+            if self.fsync:  # the sidecar directory's own entry, before a file in it
+                self._sync_dir(self.directory)
         self._write(path, _encode(line), new=new)
 
     def unlink(self, path: Path) -> None:
@@ -373,11 +375,15 @@ class Journal:
         if self.fsync:
             os.fsync(fd)
             if new:  # the new file's directory entry must survive power loss too
-                dirfd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dirfd)
-                finally:
-                    os.close(dirfd)
+                self._sync_dir(path.parent)
+
+    @staticmethod
+    def _sync_dir(directory: Path) -> None:
+        dirfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)
+        finally:
+            os.close(dirfd)
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -567,3 +567,65 @@ async def test_a_reader_racing_a_retirement_and_its_unlink_reads_a_complete_stat
     # retirement (a complete state), not a committed batch whose sidecar vanished.
     assert await reader == []
     await writer.close()
+
+
+class _Os:
+    """The journal's ``os`` with writes cut short to ``chunk`` bytes and fsyncs recorded
+    by the path of their descriptor."""
+
+    def __init__(self, chunk: int) -> None:
+        self.chunk = chunk
+        self.writes = 0
+        self.fsynced: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: Any) -> int:
+        self.writes += 1
+        return os.write(fd, bytes(data[: self.chunk]))
+
+    def fsync(self, fd: int) -> None:
+        self.fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        os.fsync(fd)
+
+
+@pytest.mark.parametrize("durability", ["process", "fsync"])
+async def test_short_writes_complete_each_line_and_fsync_mode_syncs_files_and_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    fake = _Os(chunk=7)
+    monkeypatch.setattr(journal_module, "os", fake)
+    h = await _open(tmp_path, durability=durability)
+    c = await h.root()
+    await c.append("user", "a line far longer than seven bytes")
+    fake.fsynced.clear()
+    await h.command(WORK, lambda tx: tx.append_list(FRAMES, "the first frame of its file"))
+    synced_first_working = list(fake.fsynced)
+    fake.fsynced.clear()
+    await c.append("user", "another")
+    synced_main = list(fake.fsynced)
+    await h.close()
+    # Check: every line was written whole, however short each write was.
+    assert fake.writes > 20
+    h = await _open(tmp_path, read_only=True)
+    assert [e.content for e in (await (await h.root()).entries(content=True)).items] == [
+        "a line far longer than seven bytes",
+        "another",
+    ]
+    assert [i.value for i in (await h.read_list(FRAMES)).items] == ["the first frame of its file"]
+    await h.close()
+    directory = str(tmp_path / "j")
+    (sidecar,) = _sidecars(tmp_path)
+    if durability == "process":
+        assert synced_first_working == synced_main == []
+    else:
+        # Check: a new sidecar: the store directory (for the new scopes directory), the
+        # sidecar, the scopes directory (for the new file), then the main line.
+        assert synced_first_working == [
+            directory,
+            str(sidecar),
+            str(sidecar.parent),
+            str(_main(tmp_path)),
+        ]
+        assert synced_main == [str(_main(tmp_path))]
