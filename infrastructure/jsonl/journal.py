@@ -310,6 +310,8 @@ class Journal:
         """A new journal: the header line, the directory entry made durable."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._write(self.main, self._header(), new=True)
+        if self.fsync:  # the store directory may be new too: its own entry
+            self._sync_dir(self.directory.parent)
 
     def _header(self) -> bytes:
         header = {"format": FORMAT, "version": FORMAT_VERSION, "session": self.session_id}

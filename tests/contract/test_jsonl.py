@@ -597,6 +597,7 @@ async def test_short_writes_complete_each_line_and_fsync_mode_syncs_files_and_di
     fake = _Os(chunk=7)
     monkeypatch.setattr(journal_module, "os", fake)
     h = await _open(tmp_path, durability=durability)
+    synced_create = list(fake.fsynced)
     c = await h.root()
     await c.append("user", "a line far longer than seven bytes")
     fake.fsynced.clear()
@@ -618,7 +619,7 @@ async def test_short_writes_complete_each_line_and_fsync_mode_syncs_files_and_di
     directory = str(tmp_path / "j")
     (sidecar,) = _sidecars(tmp_path)
     if durability == "process":
-        assert synced_first_working == synced_main == []
+        assert synced_create == synced_first_working == synced_main == []
     else:
         # Check: a new sidecar: the store directory (for the new scopes directory), the
         # sidecar, the scopes directory (for the new file), then the main line.
@@ -629,3 +630,7 @@ async def test_short_writes_complete_each_line_and_fsync_mode_syncs_files_and_di
             str(_main(tmp_path)),
         ]
         assert synced_main == [str(_main(tmp_path))]
+        # Check: a new journal: its file, its directory, the directory's parent (the store
+        # directory may be new), then the first batches.
+        assert synced_create[:3] == [str(_main(tmp_path)), directory, str(tmp_path)]
+        assert set(synced_create[3:]) == {str(_main(tmp_path))}
