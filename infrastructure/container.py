@@ -13,6 +13,7 @@ from dependency_injector import containers, providers
 
 from pico.application.ports import Storage
 from pico.domain.errors import UnknownSessionError
+from pico.infrastructure.jsonl.snapshots import JsonlSnapshotRecorder
 from pico.infrastructure.jsonl.store import JsonlRecorder, JsonlStore
 from pico.infrastructure.memory import MemoryRecorder, named_database
 from pico.infrastructure.settings import PicoSettings, mask_url, settings_for
@@ -70,17 +71,20 @@ def build_storage(settings: PicoSettings) -> Storage:
             durability=settings.durability,
             read_only=settings.read_only,
         )
+        snapshots = JsonlSnapshotRecorder(store)
         storage = EventSourcedStorage(
             sid,
             events=JsonlRecorder(store),
-            snapshots=MemoryRecorder(store.db, snapshots=True),
+            snapshots=snapshots,
             read_store=store.read_store,
             location=store.location,
         )
         try:
             store.open(storage.mapper)
+            snapshots.load()  # after the journal: no snapshot may be ahead of its stream
         except BaseException:
             store.close()
+            snapshots.close()
             raise
         return storage
     if settings.read_only and url.startswith("sqlite:///"):

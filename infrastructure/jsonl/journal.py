@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
+from uuid import UUID
 
+import pydantic_core
 from eventsourcing.persistence import StoredEvent
 
 from pico.domain.errors import StorageCorruptError
@@ -147,6 +149,7 @@ class Journal:
         self.lock = directory / f"{base}.lock"
         self.scopes = directory / f"{base}.scopes"
         self._fds: dict[Path, int] = {}
+        self._uuids: dict[str, UUID] = {}
 
     # ------------------------------------------------------------------ reading
     def load(self) -> Loaded:
@@ -206,7 +209,7 @@ class Journal:
 
     def _parse(self, path: Path, number: int, offset: int, raw: bytes) -> dict[str, Any]:
         try:
-            record = json.loads(raw)
+            record = pydantic_core.from_json(raw)  # the stdlib parser's result, ~2x faster
         except ValueError as exc:
             raise _corrupt(path, number, offset, f"is not JSON ({exc})") from None
         if not isinstance(record, dict):
@@ -237,19 +240,21 @@ class Journal:
         try:
             lo, hi = record["seq"]
             scope = record["scope"]
-            events = [
-                StoredEvent(originator_id=oid, originator_version=v, topic=t, state=body.encode())
-                for oid, v, t, body in record["events"]
-            ]
+            uuids = self._uuids  # one UUID object per stream, not one per event
+            events = []
+            for oid, v, t, body in record["events"]:
+                if not (isinstance(oid, str) and type(v) is int and isinstance(t, str)):
+                    raise ValueError("an event is mistyped")
+                uid = uuids.get(oid)
+                if uid is None:
+                    uid = uuids[oid] = UUID(oid)
+                events.append(
+                    StoredEvent(
+                        originator_id=uid, originator_version=v, topic=t, state=body.encode()
+                    )
+                )
             if not (type(lo) is int and type(hi) is int and isinstance(scope, str) and events):
                 raise ValueError("empty or mistyped")
-            if not all(
-                isinstance(e.originator_id, str)
-                and type(e.originator_version) is int
-                and isinstance(e.topic, str)
-                for e in events
-            ):
-                raise ValueError("an event is mistyped")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise _corrupt(
                 self.main, number, offset, f"is not a batch record ({type(exc).__name__}: {exc})"

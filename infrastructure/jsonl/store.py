@@ -101,7 +101,14 @@ class JsonlStore:
         store = self.read_store
         for batch in loaded.batches:
             domain = [self._decode(mapper, e) for e in batch.events]
-            ops: list[RowOp] = project(domain)
+            try:
+                ops: list[RowOp] = project(domain)
+            except Exception as exc:  # decodable events that break an invariant
+                raise StorageCorruptError(
+                    f"{journal.main}: batch {batch.lo}..{batch.hi} decodes but cannot be "
+                    f"replayed ({type(exc).__name__}: {exc}); nothing was changed. Restore "
+                    "the file from a backup; pico check lists what is damaged"
+                ) from exc
             commit = next((op for op in ops if isinstance(op, PutCommit)), None)
             for op in ops:
                 if isinstance(op, RetireWorking):
@@ -112,9 +119,17 @@ class JsonlStore:
             elif commit is not None and commit.scope != MAIN:
                 missing.append((commit.scope, commit.first))
             for e in batch.events:
-                events.setdefault(UUID(str(e.originator_id)), []).append(e)
+                oid = e.originator_id
+                events.setdefault(oid if isinstance(oid, UUID) else UUID(str(oid)), []).append(e)
                 log_.append(e)
-            store.apply(ops)
+            try:
+                store.apply(ops)
+            except Exception as exc:
+                raise StorageCorruptError(
+                    f"{journal.main}: batch {batch.lo}..{batch.hi} cannot be applied to the "
+                    f"read model ({type(exc).__name__}: {exc}); nothing was changed. Restore "
+                    "the file from a backup; pico check lists what is damaged"
+                ) from exc
             self.last = batch.hi
         for scope, first in missing:  # a sidecar may go only once its lifetime retired
             if not any(seq >= first for seq in retired.get(scope, ())):

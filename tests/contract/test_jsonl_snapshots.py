@@ -1,0 +1,112 @@
+"""JSONL snapshots (``S.snapshots.jsonl``): an optimisation that is never authoritative.
+A reopen restores the newest snapshot per aggregate, so it replays the tail of a stream,
+not all of it; an unreadable snapshot, or one ahead of a journal a crash cut back, is
+dropped and that aggregate replays more events; the file is compacted on a writer's open."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pico
+from pico.infrastructure.storage import SNAPSHOT_INTERVAL
+from tests.digest import state_digest
+
+
+def _url(tmp_path: Path) -> str:
+    return f"jsonl:///{tmp_path / 'store'}"
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "store" / "main.jsonl", tmp_path / "store" / "main.snapshots.jsonl"
+
+
+async def _build(tmp_path: Path, commands: int) -> tuple[Any, int]:
+    h = await pico.Harness.open(_url(tmp_path))
+    c = await h.root()
+    for i in range(commands):
+        await c.append("user", f"message {i}")
+    digest = await state_digest(h)
+    head = h.head()
+    await h.close()
+    return digest, head
+
+
+def _replayed(monkeypatch: Any) -> list[int]:
+    """Count the events each aggregate reload replays (after its snapshot)."""
+    import pico.infrastructure.storage as storage
+
+    counts: list[int] = []
+    original = storage._mutate_all
+
+    def counting(aggregate: Any, events: Any) -> Any:
+        events = list(events)
+        counts.append(len(events))
+        return original(aggregate, events)
+
+    monkeypatch.setattr(storage, "_mutate_all", counting)
+    return counts
+
+
+async def test_a_reopen_starts_from_the_newest_snapshots(tmp_path: Path, monkeypatch: Any) -> None:
+    digest, head = await _build(tmp_path, SNAPSHOT_INTERVAL * 3)
+    _, snapshots = _files(tmp_path)
+    assert snapshots.exists() and snapshots.read_bytes().endswith(b"\n")
+    counts = _replayed(monkeypatch)
+    h = await pico.Harness.open(_url(tmp_path))
+    # Every reload replayed less than one snapshot interval (the Session stream alone has
+    # 600+ events, the root conversation 1,200+).
+    assert counts and max(counts) < SNAPSHOT_INTERVAL * 2, counts
+    assert h.head() == head and await state_digest(h) == digest
+    await h.close()
+
+
+async def test_an_unreadable_snapshot_is_dropped_and_the_stream_replays(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    digest, head = await _build(tmp_path, SNAPSHOT_INTERVAL * 2)
+    main, snapshots = _files(tmp_path)
+    snapshots.write_bytes(b"{not json\n" + snapshots.read_bytes() + b'["torn')
+    h = await pico.Harness.open(_url(tmp_path))
+    assert h.head() == head and await state_digest(h) == digest
+    await h.close()
+    assert main.exists()
+    # The writer's open rewrote the file without the bad lines; it still reads whole.
+    lines = snapshots.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+
+
+async def test_a_snapshot_ahead_of_a_cut_back_journal_is_not_used(tmp_path: Path) -> None:
+    """Process durability and a power loss can keep a snapshot whose batch the journal
+    lost: the snapshot is ahead of its stream and must not be restored."""
+    await _build(tmp_path, SNAPSHOT_INTERVAL)
+    main, snapshots = _files(tmp_path)
+    kept = main.read_bytes()
+    h = await pico.Harness.open(_url(tmp_path))
+    c = await h.root()
+    for i in range(SNAPSHOT_INTERVAL):
+        await c.append("user", f"later {i}")
+    await h.close()
+    assert len(snapshots.read_bytes().splitlines()) > 2
+    main.write_bytes(kept)  # the later batches are gone, their snapshots are not
+    h = await pico.Harness.open(_url(tmp_path))
+    c = await h.root()
+    texts = [e.content for e in (await c.entries(limit=1000)).items]
+    assert texts[-1] == f"message {SNAPSHOT_INTERVAL - 1}"  # the journal's state, exactly
+    assert await c.append("user", "after the cut") > 0  # and it writes on from there
+    await h.close()
+
+
+async def test_the_snapshot_file_is_compacted_on_a_writers_open(tmp_path: Path) -> None:
+    await _build(tmp_path, SNAPSHOT_INTERVAL * 12)
+    _, snapshots = _files(tmp_path)
+    before = len(snapshots.read_bytes().splitlines())
+    reader = await pico.Harness.open(_url(tmp_path), read_only=True)
+    await reader.close()
+    assert len(snapshots.read_bytes().splitlines()) == before  # a reader writes nothing
+    h = await pico.Harness.open(_url(tmp_path))
+    await h.close()
+    after = snapshots.read_bytes().splitlines()
+    ids = {json.loads(line)[0] for line in after}
+    assert len(after) == len(ids) < before  # the newest snapshot per aggregate only
