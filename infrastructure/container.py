@@ -63,6 +63,7 @@ def build_storage(settings: PicoSettings) -> Storage:
             snapshots=MemoryRecorder(mdb, snapshots=True),
             read_store=mdb.read_store(sid),
             location=url,
+            read_only=settings.read_only,
         )
     if url.startswith("jsonl:///"):
         store = JsonlStore(
@@ -78,6 +79,7 @@ def build_storage(settings: PicoSettings) -> Storage:
             snapshots=snapshots,
             read_store=store.read_store,
             location=store.location,
+            read_only=settings.read_only,
         )
         try:
             store.open(storage.mapper)
@@ -106,6 +108,7 @@ def build_storage(settings: PicoSettings) -> Storage:
         read_store=SqlReadStore(db, sid, writer=events.writer),
         on_close=release,
         location=db.location,
+        read_only=settings.read_only,
     )
 
 

@@ -34,18 +34,18 @@ async def _build(tmp_path: Path, commands: int) -> tuple[Any, int]:
 
 
 def _replayed(monkeypatch: Any) -> list[int]:
-    """Count the events each aggregate reload replays (after its snapshot)."""
-    import pico.infrastructure.storage as storage
+    """Count the events each aggregate reload reads after its snapshot."""
+    from eventsourcing.persistence import EventStore
 
     counts: list[int] = []
-    original = storage._mutate_all
+    original = EventStore.get
 
-    def counting(aggregate: Any, events: Any) -> Any:
-        events = list(events)
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        events = list(original(self, *args, **kwargs))
         counts.append(len(events))
-        return original(aggregate, events)
+        return iter(events)
 
-    monkeypatch.setattr(storage, "_mutate_all", counting)
+    monkeypatch.setattr(EventStore, "get", counting)
     return counts
 
 
@@ -110,3 +110,23 @@ async def test_the_snapshot_file_is_compacted_on_a_writers_open(tmp_path: Path) 
     after = snapshots.read_bytes().splitlines()
     ids = {json.loads(line)[0] for line in after}
     assert len(after) == len(ids) < before  # the newest snapshot per aggregate only
+
+
+async def test_a_long_replay_leaves_a_snapshot_for_the_next_open(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A journal with no snapshots (written before they existed, or with its snapshot file
+    lost) replays whole once; that open snapshots what it replayed, so the next open
+    replays a short tail."""
+    digest, _ = await _build(tmp_path, SNAPSHOT_INTERVAL * 3)
+    _, snapshots = _files(tmp_path)
+    snapshots.unlink()
+    counts = _replayed(monkeypatch)
+    h = await pico.Harness.open(_url(tmp_path))
+    await h.close()
+    assert max(counts) > SNAPSHOT_INTERVAL * 2  # the whole stream, once
+    counts.clear()
+    h = await pico.Harness.open(_url(tmp_path))
+    assert max(counts) < SNAPSHOT_INTERVAL, counts
+    assert await state_digest(h) == digest
+    await h.close()
