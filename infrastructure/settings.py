@@ -143,6 +143,7 @@ class PicoSettings(BaseSettings):
 
     Attributes:
         storage_url: ``sqlite:///path.db`` (default), ``memory://`` or ``memory://name``,
+            ``jsonl:///dir`` (plain files),
             ``postgresql://user@host/db`` (psycopg 3).
         session: the session name (1-200 characters, no control characters); many
             sessions share one database.
