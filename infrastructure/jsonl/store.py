@@ -30,7 +30,12 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from pico.domain.errors import SessionLockedError, StorageCorruptError, UnknownSessionError
+from pico.domain.errors import (
+    SessionLockedError,
+    StorageCorruptError,
+    StorageUnavailableError,
+    UnknownSessionError,
+)
 from pico.domain.state import StateWrite
 from pico.infrastructure.jsonl.journal import (
     SESSION_TOPIC,
@@ -84,6 +89,24 @@ class JsonlStore:
 
     # ------------------------------------------------------------------ open
     def open(self, mapper: Any) -> None:
+        """Load the session (see the module docstring). The directory being a file, or
+        the files unreadable or not writable, is ``StorageUnavailableError`` (nothing
+        created or changed)."""
+        directory = self.journal.directory
+        if directory.exists() and not directory.is_dir():
+            raise StorageUnavailableError(
+                f"the JSONL store {directory} is a file; a jsonl:/// URL names a directory "
+                "(pico creates it and the session's files in it)"
+            )
+        try:
+            self._open(mapper)
+        except OSError as exc:
+            raise StorageUnavailableError(
+                f"cannot open the JSONL store {directory}: {type(exc).__name__}: {exc}; check "
+                "that the directory and its files are readable (and writable, to write)"
+            ) from exc
+
+    def _open(self, mapper: Any) -> None:
         journal = self.journal
         if not journal.main.exists():
             if self.read_only:

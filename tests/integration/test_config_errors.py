@@ -46,6 +46,9 @@ async def _refused(url: Any, error: type[pico.PicoError], **kwargs: Any) -> pico
         "sqlite://",
         "sqlite:///",
         "sqlite:///pico.db?mode=ro",
+        "jsonl://relative-dir",
+        "jsonl:///",
+        "jsonl:///sessions?sync=1",
         f"postgresql://user:{SECRET}@host:notaport/db",
         42,
         None,
@@ -248,3 +251,39 @@ async def test_a_postgresql_connection_that_goes_away_is_unavailable_then_reconn
     assert [e.content for e in (await c.entries()).items] == ["before"]  # connects afresh
     await c.append("user", "after")  # the handle is still usable
     await h.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_a_file_as_the_jsonl_directory_is_unavailable_and_left_alone(
+    read_only: bool, tmp_path: Path
+) -> None:
+    target = tmp_path / "afile"
+    target.write_bytes(b"not a directory")
+    exc = await _refused(f"jsonl:///{target}", pico.StorageUnavailableError, read_only=read_only)
+    assert "is a file" in str(exc) and str(target) in str(exc)
+    assert target.read_bytes() == b"not a directory"
+
+
+async def test_a_jsonl_store_the_os_refuses_is_unavailable_and_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Permissions cannot be refused to root, so the refusal is the OS call's own error."""
+    import os
+
+    store = tmp_path / "store"
+    h = await pico.Harness.open(f"jsonl:///{store}")
+    await (await h.root()).append("user", "kept")
+    await h.close()
+    before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
+    real_open = os.open
+
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".lock"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    exc = await _refused(f"jsonl:///{store}", pico.StorageUnavailableError)
+    assert str(store) in str(exc) and "Permission denied" in str(exc)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()} == before
