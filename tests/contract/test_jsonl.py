@@ -328,6 +328,27 @@ async def test_a_sidecar_missing_after_its_retirement_is_fine(tmp_path: Path) ->
     await h.close()
 
 
+async def test_a_deleted_working_file_never_frees_its_ids(tmp_path: Path) -> None:
+    """The high-water mark counts every complete batch, main and working: after a scope's
+    sidecar is retired and removed, a reopened writer allocates above its records."""
+    h = await _open(tmp_path)
+    await (await h.root()).append("user", "first")
+    for text in ("frame 0", "frame 1", "frame 2"):
+
+        def frame(tx: pico.WorkingCommand, text: str = text) -> None:
+            tx.append_list(FRAMES, text)
+
+        await h.command(WORK, frame)
+    working_high = h.head()  # the last id a working write took
+    await h.command(lambda tx: tx.retire_working_scope(WORK))
+    await h.close()
+    assert _sidecars(tmp_path) == []
+    h = await _open(tmp_path)
+    assert h.head() > working_high
+    assert await (await h.root()).append("user", "after") > working_high
+    await h.close()
+
+
 # ---------------------------------------------------------------- retirement faults
 class _FailingUnlink:
     """``Journal.unlink`` that raises ``OSError`` for its first ``times`` calls (of
