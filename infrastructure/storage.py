@@ -116,7 +116,7 @@ class _PlainEventMapper(Mapper[UUID]):
         try:
             state = pydantic_core.from_json(body)
             stamp = state["timestamp"]
-            if stamp.get("_type_") != DatetimeAsISO.name:
+            if len(stamp) != 2 or stamp.get("_type_") != DatetimeAsISO.name:
                 return super().to_domain_event(stored_event)
             state["timestamp"] = datetime.fromisoformat(stamp["_data_"])
         except Exception:  # the library's decoding explains what is wrong

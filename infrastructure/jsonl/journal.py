@@ -292,6 +292,10 @@ class Journal:
                 ]
                 if not all(type(x) is int for x in (seq, first, last)):
                     raise ValueError("mistyped sequence")
+                if not isinstance(scope, str):
+                    raise ValueError("mistyped scope")
+                for w in writes:
+                    _check_write(w)
             except (KeyError, TypeError, ValueError) as exc:
                 raise _corrupt(
                     path, number, offset, f"is not a working batch ({type(exc).__name__}: {exc})"
@@ -400,3 +404,20 @@ class Journal:
 
 def _encode(record: dict[str, Any]) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+#: A working write's op and whether it carries a value (text) or none.
+_WRITE_OPS = {"set": True, "append": True, "delete": False, "clear": False}
+
+
+def _check_write(write: StateWrite) -> None:
+    """A sidecar write has the shape ``Command`` stores; ValueError otherwise."""
+    carries = _WRITE_OPS.get(write.op) if isinstance(write.op, str) else None
+    if carries is None:
+        raise ValueError(f"unknown op {write.op!r}")
+    if type(write.seq) is not int or not isinstance(write.namespace, str):
+        raise ValueError("a mistyped sequence or namespace")
+    if not isinstance(write.key, str):
+        raise ValueError("a mistyped key")
+    if carries != isinstance(write.value, str) or (not carries and write.value is not None):
+        raise ValueError(f"a {write.op!r} write with value {write.value!r:.40}")

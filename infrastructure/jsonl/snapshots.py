@@ -4,11 +4,12 @@ Without them every open would replay the Session aggregate's whole stream (one e
 batch) and each long conversation's: most of a large journal's open time. A snapshot line is
 ``[id, version, topic, body]``, appended after the batch it covers is durable; the newest
 per aggregate wins. The file holds nothing a replay of the journal cannot rebuild, so it is
-never authoritative: a torn or unparsable line, or a snapshot ahead of its stream (a
-journal cut back by a crash in process durability), is dropped with a warning and that
-aggregate simply replays more events. A writer's open rewrites the file to the newest
-snapshot per aggregate once it holds mostly superseded ones (a new file renamed over the
-old, so a crash leaves one or the other).
+never authoritative: a snapshot ahead of its stream (a journal cut back by a crash in
+process durability) is dropped, and an unreadable file is ignored with a warning: the
+aggregates simply replay more events. A writer's open rewrites the file to the newest
+snapshot per aggregate once it holds mostly superseded ones, or any ahead of its stream
+(a new file renamed over the old, so a crash leaves one or the other); a file that does
+not read as snapshots is left alone, and that handle neither reads nor writes it.
 """
 
 from __future__ import annotations
@@ -43,15 +44,25 @@ class JsonlSnapshotRecorder(MemoryRecorder):
         super().__init__(store.db, snapshots=True)
         self.store = store
         journal = store.journal
-        self.path: Path = journal.directory / f"{file_name(store.session_id)}.snapshots.jsonl"
+        # "+" is escaped in every session's file name, so no session's journal can be
+        # called like another session's snapshot file ("a.snapshots" is a session name).
+        self.path: Path = journal.directory / f"{file_name(store.session_id)}+snapshots.jsonl"
         self._fd: int | None = None
+        self._disabled = False  # a file we could not read is never written
 
     def load(self) -> None:
-        """Read the file (after the journal: a snapshot must not be ahead of its stream)."""
-        if not self.path.exists():
+        """Read the file (after the journal: a snapshot must not be ahead of its stream).
+        Anything wrong with it costs only speed: an unreadable file is left alone and no
+        snapshot is written to it (nor read from it) by this handle."""
+        try:
+            if not self.path.exists():
+                return
+            data = self.path.read_bytes()
+        except OSError as exc:
+            self._give_up(f"cannot be read ({exc})")
             return
-        data = self.path.read_bytes()
         newest: dict[UUID, StoredEvent] = {}
+        ahead = False
         lines = data.split(b"\n")
         complete, tail = lines[:-1], lines[-1]
         for number, raw in enumerate(complete, start=1):
@@ -60,13 +71,11 @@ class JsonlSnapshotRecorder(MemoryRecorder):
                 oid = UUID(oid_text)
                 stored = StoredEvent(oid, int(version), str(topic), str(body).encode())
             except (ValueError, TypeError) as exc:
-                log.warning("%s line %d: unreadable snapshot dropped (%s)", self.path, number, exc)
-                continue
+                self._give_up(f"line {number} is not a snapshot ({exc})")
+                return
             stream = self.db.streams.get(oid)
             if not stream or stored.originator_version > stream[-1].originator_version:
-                log.warning(
-                    "%s line %d: a snapshot ahead of its stream was dropped", self.path, number
-                )
+                ahead = True  # of a history the journal lost: never restore it
                 continue
             current = newest.get(oid)
             if current is None or stored.originator_version >= current.originator_version:
@@ -75,8 +84,18 @@ class JsonlSnapshotRecorder(MemoryRecorder):
             self.streams[key] = [snapshot]
         if self.store.read_only:
             return
-        if tail or len(complete) > COMPACT_RATIO * max(len(newest), 8):
-            self._rewrite(list(newest.values()))
+        # A snapshot ahead of its stream must go before anything new is appended: once
+        # the stream grows past it, it would look current. A torn tail is cut the same way.
+        if ahead or tail or len(complete) > COMPACT_RATIO * max(len(newest), 8):
+            try:
+                self._rewrite(list(newest.values()))
+            except OSError as exc:
+                self._give_up(f"cannot be rewritten ({exc})")
+
+    def _give_up(self, why: str) -> None:
+        log.warning("%s %s; this session opens without its snapshots", self.path, why)
+        self.streams.clear()
+        self._disabled = True
 
     def _rewrite(self, snapshots: Sequence[StoredEvent]) -> None:
         fresh = self.path.with_suffix(".jsonl.new")
@@ -89,6 +108,8 @@ class JsonlSnapshotRecorder(MemoryRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
+        if self._disabled:  # never write into a file we could not read
+            return super().insert_events(stored_events, **kwargs)
         data = b"".join(_line(e) for e in stored_events)
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

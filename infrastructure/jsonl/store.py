@@ -266,7 +266,15 @@ class JsonlRecorder(MemoryRecorder):
         working: Sequence[StateWrite] = kwargs.get("working", ())
         with self.db.lock:
             self.check_versions(stored_events)
-            if self.store.write(stored_events, ops, working):
+            try:
+                written = self.store.write(stored_events, ops, working)
+            except OSError as exc:  # disk full, I/O error: nothing was published
+                raise StorageUnavailableError(
+                    f"cannot write the JSONL journal {self.store.location}: "
+                    f"{type(exc).__name__}: {exc}; nothing of this batch is visible (a "
+                    "partial line is cut by the next writer). Free space or fix the disk"
+                ) from exc
+            if written:
                 self.publish(stored_events, session_id, ops)
         return None
 

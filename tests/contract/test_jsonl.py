@@ -655,3 +655,46 @@ async def test_short_writes_complete_each_line_and_fsync_mode_syncs_files_and_di
         # directory may be new), then the first batches.
         assert synced_create[:3] == [str(_main(tmp_path)), directory, str(tmp_path)]
         assert set(synced_create[3:]) == {str(_main(tmp_path))}
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        ["bogus", 5, "app.frames", "", "x"],
+        ["set", 5, "app.frames", "", None],
+        ["append", 5, "app.frames", "", 7],
+        ["delete", 5, "app.frames", "", "x"],
+        ["append", "5", "app.frames", "", "x"],
+    ],
+)
+async def test_a_sidecar_write_of_the_wrong_shape_is_corruption(
+    tmp_path: Path, write: list[Any]
+) -> None:
+    await _seeded(tmp_path)
+    (sidecar,) = _sidecars(tmp_path)
+    record = json.loads(sidecar.read_bytes())
+    record["writes"] = [write]
+    sidecar.write_bytes(json.dumps(record).encode() + b"\n")
+    before = _files(tmp_path)
+    for read_only in (True, False):
+        with pytest.raises(pico.StorageCorruptError, match=r"line 1 \(byte offset 0\)"):
+            await _open(tmp_path, read_only=read_only)
+    assert _files(tmp_path) == before
+
+
+async def test_a_claim_the_disk_refuses_is_storage_unavailable_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _seeded(tmp_path)
+    before = _files(tmp_path)
+
+    def full(self: Journal, batch: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Journal, "append", full)
+    with pytest.raises(pico.StorageUnavailableError, match="No space left"):
+        await _open(tmp_path)
+    monkeypatch.undo()
+    assert _files(tmp_path) == before
+    h = await _open(tmp_path)  # the lock was released: the next writer gets in
+    await h.close()

@@ -1,4 +1,4 @@
-"""JSONL snapshots (``S.snapshots.jsonl``): an optimisation that is never authoritative.
+"""JSONL snapshots (``S+snapshots.jsonl``): an optimisation that is never authoritative.
 A reopen restores the newest snapshot per aggregate, so it replays the tail of a stream,
 not all of it; an unreadable snapshot, or one ahead of a journal a crash cut back, is
 dropped and that aggregate replays more events; the file is compacted on a writer's open."""
@@ -19,7 +19,7 @@ def _url(tmp_path: Path) -> str:
 
 
 def _files(tmp_path: Path) -> tuple[Path, Path]:
-    return tmp_path / "store" / "main.jsonl", tmp_path / "store" / "main.snapshots.jsonl"
+    return tmp_path / "store" / "main.jsonl", tmp_path / "store" / "main+snapshots.jsonl"
 
 
 async def _build(tmp_path: Path, commands: int) -> tuple[Any, int]:
@@ -62,19 +62,20 @@ async def test_a_reopen_starts_from_the_newest_snapshots(tmp_path: Path, monkeyp
     await h.close()
 
 
-async def test_an_unreadable_snapshot_is_dropped_and_the_stream_replays(
-    tmp_path: Path, monkeypatch: Any
+async def test_an_unreadable_snapshot_file_is_left_alone_and_the_streams_replay(
+    tmp_path: Path,
 ) -> None:
     digest, head = await _build(tmp_path, SNAPSHOT_INTERVAL * 2)
-    main, snapshots = _files(tmp_path)
-    snapshots.write_bytes(b"{not json\n" + snapshots.read_bytes() + b'["torn')
+    _, snapshots = _files(tmp_path)
+    damaged = b"{not json\n" + snapshots.read_bytes()
+    snapshots.write_bytes(damaged)
     h = await pico.Harness.open(_url(tmp_path))
     assert h.head() == head and await state_digest(h) == digest
+    c = await h.root()
+    for i in range(SNAPSHOT_INTERVAL):  # would snapshot: not into a file it could not read
+        await c.append("user", f"more {i}")
     await h.close()
-    assert main.exists()
-    # The writer's open rewrote the file without the bad lines; it still reads whole.
-    lines = snapshots.read_bytes().split(b"\n")
-    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    assert snapshots.read_bytes() == damaged
 
 
 async def test_a_snapshot_ahead_of_a_cut_back_journal_is_not_used(tmp_path: Path) -> None:
@@ -130,3 +131,49 @@ async def test_a_long_replay_leaves_a_snapshot_for_the_next_open(
     assert max(counts) < SNAPSHOT_INTERVAL, counts
     assert await state_digest(h) == digest
     await h.close()
+
+
+async def test_a_snapshot_of_a_lost_history_is_never_restored_later(tmp_path: Path) -> None:
+    """The journal loses its tail but the snapshot file keeps a snapshot of it; the new
+    history then grows past that version. The writer's open removed the stale snapshot
+    before appending, so every later open restores exactly what a replay gives."""
+    from pico.domain.ids import conversation_uuid
+
+    await _build(tmp_path, SNAPSHOT_INTERVAL // 2)  # the root reaches its first snapshot
+    main, snapshots = _files(tmp_path)
+    lines = main.read_bytes().splitlines(keepends=True)
+    main.write_bytes(b"".join(lines[:-12]))  # the lost tail
+    h = await pico.Harness.open(_url(tmp_path))
+    c = await h.root()
+    await c.command(lambda tx: tx.append_entry("user", "unselected"))  # shift the parity
+    for i in range(12):
+        await c.append("user", f"new {i}")
+    cid = c.id
+    await h.close()
+    h = await pico.Harness.open(_url(tmp_path))
+    restored = h._line.storage.load(conversation_uuid("main", cid))
+    await h.close()
+    snapshots.unlink()
+    reader = await pico.Harness.open(_url(tmp_path), read_only=True)
+    replayed = reader._line.storage.load(conversation_uuid("main", cid))
+    await reader.close()
+    assert restored is not None and replayed is not None
+    assert vars(restored) == vars(replayed)
+
+
+async def test_a_session_named_like_another_sessions_snapshot_file_is_untouched(
+    tmp_path: Path,
+) -> None:
+    url = _url(tmp_path)
+    other = await pico.Harness.open(url, session="a.snapshots")
+    for i in range(40):
+        await (await other.root()).append("user", f"entry {i}")
+    digest = await state_digest(other)
+    await other.close()
+    a = await pico.Harness.open(url, session="a")
+    for i in range(SNAPSHOT_INTERVAL):
+        await (await a.root()).append("user", f"a {i}")
+    await a.close()
+    again = await pico.Harness.open(url, session="a.snapshots")
+    assert await state_digest(again) == digest
+    await again.close()
