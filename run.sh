@@ -2,7 +2,7 @@
 # The two commands of the README:
 #   bash run.sh demo   -> set up, then run the demo agent session on the embedded SQLite default
 #   bash run.sh test   -> set up, then run every check and test against memory, SQLite and a
-#                         throwaway PostgreSQL server this script starts and stops itself
+#   bash run.sh test   -> set up, then run every check and test against memory, SQLite, JSONL and a
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${PICO_VENV:-.venv}"
@@ -32,7 +32,7 @@ case "${1:-}" in
     echo "== ruff";          ruff check . && ruff format --check .
     echo "== mypy --strict"; mypy
     echo "== import-linter"; lint-imports
-    echo "== pytest (memory, SQLite, PostgreSQL)"
+    echo "== pytest (memory, SQLite, PostgreSQL, JSONL)"
     # shellcheck source=.ci/postgres.sh
     source .ci/postgres.sh start
     trap '.ci/postgres.sh stop' EXIT
