@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The two commands of the README:
 #   bash run.sh demo   -> set up, then run the demo agent session on the embedded SQLite default
-#   bash run.sh test   -> set up, then run every check and test against memory, SQLite and a
 #   bash run.sh test   -> set up, then run every check and test against memory, SQLite, JSONL and a
+#                         throwaway PostgreSQL server this script starts and stops itself
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${PICO_VENV:-.venv}"
