@@ -126,6 +126,14 @@ class CommandLine:
         if write and self.read_only:
             raise ReadOnlyError(self.session_id)
 
+    def owner_of(self, conversation_id: int) -> int | None:
+        """The task owning a conversation: from the aggregate this line keeps when it has
+        it (the owner link never changes after creation), else one indexed read."""
+        conv = self._cache.get(conversation_id)
+        if conv is not None:
+            return conv.owner_task_id
+        return self.storage.reads.owners([conversation_id]).get(conversation_id)
+
     def load_conversation(self, conversation_id: int) -> Conversation:
         conv = self._cache.get(conversation_id)
         if conv is not None:

@@ -264,7 +264,7 @@ class Scheduler:
             if conv == root:
                 result = True
                 break
-            owner = self.line.storage.reads.owners([conv]).get(conv)
+            owner = self.line.owner_of(conv)
             task = None if owner is None else self.line.storage.tasks.get_tasks([owner]).get(owner)
             if task is None or (foreground_only and not task.foreground):
                 break
@@ -277,7 +277,7 @@ class Scheduler:
         """The live owner of ``conversation_id`` if it is marked for cancellation: a drive
         of the owned child may finish that owner's cancellation once the child's selected
         work is terminal (§6.5), though the owner lives in the parent."""
-        owner = self.line.storage.reads.owners([conversation_id]).get(conversation_id)
+        owner = self.line.owner_of(conversation_id)
         if owner is None:
             return None
         task = self.line.storage.tasks.get_tasks([owner]).get(owner)

@@ -27,7 +27,7 @@ from pico.application.command import Command
 from pico.application.flows.collapse import start_collapse
 from pico.application.flows.common import AgentServices, ints, json_list, names, task_state
 from pico.application.flows.inputs import place, queued, set_results
-from pico.application.flows.owner import settle_owner
+from pico.application.flows.owner import cancel_input_group, settle_owner
 from pico.application.flows.streaming import add_usage, stream_response
 from pico.application.hooks import YieldDecision
 from pico.application.model import (
@@ -423,15 +423,8 @@ class GenerationDefinition(TaskDefinition):
         return True
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
-        inputs = ints(task_state(task).get("inputs"))
-
         def cancel(tx: Command) -> None:
-            cancelled: JsonObject = {"status": "cancelled", "reason": "aborted"}
-            set_results(tx, inputs, cancelled)
-            # The input group ends here: an owner nobody marked learns it (a marked one
-            # is settled by its own abort handler).
-            settle_owner(tx, task.conversation_id, cancelled)
-            tx.patch_task(task.id, status="aborted")
+            cancel_input_group(tx, task)
             tx.retire_working_scope(ctx.working_scope)
 
         await ctx.command(cancel)

@@ -16,7 +16,7 @@ from pico.application.command import Command
 from pico.application.flows.common import AgentServices, ints, names, task_state
 from pico.application.flows.generation import generation_state
 from pico.application.flows.inputs import place, set_results
-from pico.application.flows.owner import settle_owner
+from pico.application.flows.owner import cancel_input_group, settle_owner
 from pico.application.tasks import TaskDefinition, TaskExecution
 from pico.domain.json import JsonObject
 from pico.domain.task import Role
@@ -84,14 +84,7 @@ class PostToolsDefinition(TaskDefinition):
         await self.execute(task, ctx)
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
-        inputs = ints(task_state(task).get("inputs"))
-
         def cancel(tx: Command) -> None:
-            cancelled: JsonObject = {"status": "cancelled", "reason": "aborted"}
-            set_results(tx, inputs, cancelled)
-            # The input group ends here: an owner nobody marked learns it (a marked one
-            # is settled by its own abort handler).
-            settle_owner(tx, task.conversation_id, cancelled)
-            tx.patch_task(task.id, status="aborted")
+            cancel_input_group(tx, task)
 
         await ctx.command(cancel)

@@ -9,10 +9,12 @@ definition lives in ``subagent.py``.
 from __future__ import annotations
 
 from pico.application.command import Command
-from pico.application.flows.common import task_state
+from pico.application.flows.common import ints, task_state
+from pico.application.flows.inputs import set_results
 from pico.domain.json import JsonObject, JsonValue
+from pico.domain.values import TaskSnapshot
 
-__all__ = ["OWNER_STATUS", "owner_status", "settle_owner"]
+__all__ = ["OWNER_STATUS", "cancel_input_group", "owner_status", "settle_owner"]
 
 #: The owner's terminal status for each child outcome.
 OWNER_STATUS = {
@@ -46,3 +48,13 @@ def owner_status(result: JsonValue) -> str:
     """The owner status for a stored child result (``done`` | ``failed`` | ``stopped``)."""
     status = result.get("status") if isinstance(result, dict) else None
     return OWNER_STATUS.get(str(status), "failed")
+
+
+def cancel_input_group(tx: Command, task: TaskSnapshot) -> None:
+    """The abort of a task that carries an input group (a generation, a join): its inputs
+    end ``cancelled``, an owner nobody marked learns it (a marked one is settled by its
+    own abort handler), and the task is ``aborted``."""
+    cancelled: JsonObject = {"status": "cancelled", "reason": "aborted"}
+    set_results(tx, ints(task_state(task).get("inputs")), cancelled)
+    settle_owner(tx, task.conversation_id, cancelled)
+    tx.patch_task(task.id, status="aborted")

@@ -268,14 +268,7 @@ class ToolTaskDefinition(TaskDefinition):
             outcome = self._subagent_outcome(ctx, subagent)
         else:  # a source this version does not know: never a fabricated success
             outcome = ToolOutcome(text=f"the tool cannot finish from {source!r}", is_error=True)
-        arguments = state.get("arguments")
-        call = ToolCall(
-            task.id,
-            str(state.get("call_id")),
-            str(state.get("name")),
-            arguments if isinstance(arguments, dict) else {},
-        )
-        await self._processed(task, ctx, state, call, outcome)
+        await self._processed(task, ctx, state, _stored_call(task, state), outcome)
 
     async def _result(
         self,
@@ -341,18 +334,22 @@ class ToolTaskDefinition(TaskDefinition):
             state.get("arguments"),
             ToolContext(call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal),
         )
-        await self._result(
-            task,
-            ctx,
-            state,
-            outcome.text,
-            is_error=outcome.is_error,
-            control=_control(outcome),
-            images=outcome.images,
-        )
+        # A replayed run's result passes the result hooks like the first run's would have.
+        await self._processed(task, ctx, state, _stored_call(task, state), outcome)
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         await self._result(task, ctx, task_state(task), "aborted", is_error=True, status="aborted")
+
+
+def _stored_call(task: TaskSnapshot, state: dict[str, JsonValue]) -> ToolCall:
+    """The call as the task stored it (its effective arguments), for the result hooks."""
+    arguments = state.get("arguments")
+    return ToolCall(
+        task.id,
+        str(state.get("call_id")),
+        str(state.get("name")),
+        arguments if isinstance(arguments, dict) else {},
+    )
 
 
 def _control(outcome: ToolOutcome) -> JsonObject:
