@@ -3,7 +3,6 @@ file, never truncates silently, and every error is one line."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import importlib.metadata
@@ -16,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 
 import pico
-from pico.infrastructure.cli import AUDIT_PAGE, audit, build_parser
+from pico.infrastructure.cli import app
+from pico.infrastructure.cli.audit import AUDIT_PAGE, audit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,6 +216,8 @@ def test_every_reading_command_takes_the_url_as_argument_or_option(tmp_path: Pat
         ["frobnicate"],
         ["audit"],
         ["show", "sqlite:///a.db", "--url", "sqlite:///b.db"],
+        ["audit", "memory://", "--frobnicate"],
+        [],
     ],
     ids=[
         "scheme",
@@ -226,6 +229,8 @@ def test_every_reading_command_takes_the_url_as_argument_or_option(tmp_path: Pat
         "command",
         "no-url",
         "two-urls",
+        "unknown-option",
+        "no-command",
     ],
 )
 def test_every_cli_error_is_one_line_on_stderr(args: list[str]) -> None:
@@ -233,6 +238,7 @@ def test_every_cli_error_is_one_line_on_stderr(args: list[str]) -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("pico: ") and "│" not in done.stderr  # no rich box
     assert "Traceback" not in done.stderr and "secret" not in done.stderr
 
 
@@ -243,21 +249,16 @@ def test_an_unknown_session_is_one_line(big_session: tuple[str, int]) -> None:
     assert "nobody" in done.stderr and "Traceback" not in done.stderr
 
 
-def _parsers() -> list[argparse.ArgumentParser]:
-    parser = build_parser()
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return [parser, *[p for s in subs for p in s.choices.values()]]
-
-
 def test_help_is_plain_text_and_every_option_has_help() -> None:
-    for p in _parsers():
-        text = p.format_help()
-        assert "``" not in text and ":func:" not in text, p.prog
-        for action in p._actions:
-            assert action.help, f"{p.prog} {action.option_strings or action.dest} has no help"
-    for command in ([], ["demo"], ["show"], ["audit"], ["check"]):
-        done = _run(*command, "--help")
-        assert done.returncode == 0 and "``" not in done.stdout
+    root = typer.main.get_command(app)
+    commands = getattr(root, "commands", {})
+    assert {"demo", "show", "audit", "check"} <= set(commands)
+    for command in [root, *commands.values()]:
+        for param in command.params:
+            assert getattr(param, "help", None), f"{command.name} {param.name} has no help"
+    for args in ([], ["demo"], ["show"], ["audit"], ["check"]):
+        done = _run(*args, "--help")
+        assert done.returncode == 0 and "``" not in done.stdout and "Usage" in done.stdout
 
 
 def test_version_is_the_package_metadata_version() -> None:

@@ -1,0 +1,8 @@
+"""The ``pico`` command line (``pico.infrastructure.cli:main``): a typer app in ``app.py``
+and one module per command group (``demo``, ``show``, ``audit``, ``check``)."""
+
+from __future__ import annotations
+
+from pico.infrastructure.cli.app import app, main, run
+
+__all__ = ["app", "main", "run"]
