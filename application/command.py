@@ -105,6 +105,8 @@ class Command:
         self._tasks = line.storage.tasks
         self._sealed = False
         self.working = working
+        #: The task whose execution runs this command (None: a caller's command).
+        self.task: int | None = None
         self.working_writes: list[StateWrite] = []
         # Session mutations are applied to the Session aggregate only at persist time, so a
         # failed builder leaves its version (the writer fence) untouched.
@@ -614,6 +616,15 @@ class Command:
         seq = self._peek()
         sid = scope.scope_id
         self.session_ops.append(lambda s: s.retire_working_scope(seq=seq, scope=sid))
+        self._alloc()
+
+    def start_chain(self, *, anchor: str, events: int) -> None:
+        """Record the anchor of a session written before the hash chain (a main
+        mutation): ``Session.ChainStarted`` with the chain recomputed over its ``events``
+        stored events, so a later change to that history is found by verification."""
+        self._main_only("start_chain")
+        seq = self._peek()
+        self.session_ops.append(lambda s: s.start_chain(seq=seq, anchor=anchor, events=events))
         self._alloc()
 
     # ------------------------------------------------------------------ tasks (§5, §6.1)

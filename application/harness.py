@@ -13,6 +13,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
+from pico.application.chain import ChainReport
 from pico.application.clock import Clock, SystemClock
 from pico.application.command import Command, WorkingCommand
 from pico.application.conversation import ConversationHandle
@@ -548,6 +549,47 @@ class Harness:
         self._line.check_usable()
         check_position(after, "after")
         return self._line.storage.count_events(after=after)
+
+    # ------------------------------------------------------------------ tamper evidence
+    async def verify(self) -> ChainReport:
+        """Recompute the session's hash chain from its stored events and compare it with
+        the links its commit boundaries carry (reading only; any handle, read-only too).
+
+        ``report.ok`` is False with ``report.breaks[0]`` at the first batch where an
+        event was edited, removed, reordered or inserted; ``report.summary()`` says
+        "verified N events through position P" otherwise. Events written before the chain
+        are reported as unchained until ``start_chain`` anchors them."""
+        self._line.check_usable()
+        self._line.flush()
+        return self._line.storage.verify_chain()
+
+    async def start_chain(self) -> int:
+        """Anchor a session written before the hash chain: ONE command recording
+        ``Session.ChainStarted`` with the chain recomputed over every stored event, so a
+        later change to that history is found. Nothing stored is rewritten. Returns the
+        number of events anchored.
+
+        Raises:
+            InvalidArgumentError: no unchained history is left to anchor (the session
+                was chained from its first event, or is anchored already); nothing is
+                written.
+            ReadOnlyError: the harness was opened read-only.
+        """
+        self._line.check_usable(write=True)
+        self._line.flush()
+
+        def build(tx: Command) -> int:
+            anchor, events, unchained = self._line.storage.chain_anchor()
+            if not unchained:
+                raise InvalidArgumentError(
+                    f"session {self.session_id!r} has no unchained history to anchor: it is "
+                    "chained from its first event or already anchored; `pico verify` "
+                    "checks it as it is"
+                )
+            tx.start_chain(anchor=anchor, events=events)
+            return events
+
+        return await self._admitted(build)
 
 
 def _create_root(tx: Command, values: Iterable[tuple[Address[Any], Any]] = ()) -> int:

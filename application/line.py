@@ -197,8 +197,12 @@ class CommandLine:
         *,
         working: WorkingScope | None = None,
         defer: bool = False,
+        task: int | None = None,
     ) -> T:
         """Build and persist one command atomically.
+
+        ``task`` names the task whose execution runs the command; its boundary records it
+        (``Session.Committed.task``), so an auditor sees which task wrote each batch.
 
         ``defer=True`` is group commit for commands nothing outside the process waits on
         (settlements the scheduler carries on from): the command is saved and published
@@ -210,6 +214,7 @@ class CommandLine:
         async with self._lock:
             self.check_usable(write=True)
             tx = self._building = Command(self, working=working)
+            tx.task = task
             try:
                 # Every read of the builder sees one committed snapshot (§7.3).
                 with self.storage.snapshot():
@@ -256,7 +261,7 @@ class CommandLine:
         try:
             for op in tx.session_ops:
                 op(self.session)
-            self.session.commit(first=tx.first, last=tx.last, scope=scope)
+            self.session.commit(first=tx.first, last=tx.last, scope=scope, task=tx.task)
         except BaseException:
             self._discard(tx)
             self._reload_session()

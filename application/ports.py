@@ -11,6 +11,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
+from pico.application.chain import ChainReport
 from pico.domain.json import JsonValue
 from pico.domain.state import StateWrite
 from pico.domain.values import (
@@ -166,6 +167,15 @@ class Storage(Protocol):
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]: ...
     def count_events(self, *, after: int = 0) -> int: ...
     def replay(self) -> Iterator[list[Any]]: ...
+    def verify_chain(self) -> ChainReport:
+        """Recompute the hash chain from the stored events (reading only)."""
+        ...
+
+    def chain_anchor(self) -> tuple[str, int, bool]:
+        """The chain recomputed over every stored event, their number, and whether any
+        boundary predates the chain (what ``Session.ChainStarted`` records)."""
+        ...
+
     def close(self) -> None: ...
 
 

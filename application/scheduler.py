@@ -111,7 +111,7 @@ class Execution:
                 f"task {self.task_id}: this {self.mode} execution has ended; a late callback "
                 "cannot write through it"
             )
-        return await self._scheduler.line.run(build, defer=defer)
+        return await self._scheduler.line.run(build, defer=defer, task=self.task_id)
 
     def observe(
         self,
@@ -128,7 +128,7 @@ class Execution:
         """A working-scope command in this execution's own scope."""
         if self._scheduler.executing.get(self.task_id) is not self._claim:
             raise StaleExecutionError(f"task {self.task_id}: this execution has ended")
-        return await self._scheduler.line.run(build, working=self.working_scope)
+        return await self._scheduler.line.run(build, working=self.working_scope, task=self.task_id)
 
 
 class Scheduler:

@@ -26,10 +26,28 @@ class Session(Aggregate):
     class Created(Aggregate.Created):
         session_id: str
 
+    # Boundaries (a command's Committed, an opening's Claimed) carry the batch's hash chain
+    # link (infrastructure/chain.py): a digest over the previous boundary's link and the
+    # exact stored bodies of the batch, computed and filled in by storage when it encodes
+    # the batch. "" on boundaries written before the chain (version 1; see upcasters).
     class Claimed(Aggregate.Event):
         owner: str
         host: str
         pid: int
+        link: str
+
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            # Written before the hash chain: no link (fold-as-empty; verify reports the
+            # batch as unchained, never as verified).
+            state["link"] = ""
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.owner = self.owner
+            if self.link:  # "" while its batch is unsaved: storage sets the link
+                aggregate.link = self.link
 
     # The per-command events below apply themselves and are triggered directly: the @event
     # decorator's argument binding cost ~5% of a small command (2,000-turn benchmark).
@@ -37,11 +55,34 @@ class Session(Aggregate):
         first: int
         last: int
         scope: str
+        link: str
+        #: The task whose execution wrote the batch (None: a caller's command).
+        task: int | None
+
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            # Version 1 had neither field: an unchained boundary of unknown writer.
+            state["link"] = ""
+            state["task"] = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.head = self.last
             if self.scope == MAIN:
                 aggregate.main_head = self.last
+            if self.link:  # "" while its batch is unsaved: storage sets the link
+                aggregate.link = self.link
+
+    class ChainStarted(Aggregate.Event):
+        """Anchors a session written before the hash chain: ``anchor`` is the chain
+        computed over every one of the ``events`` stored events before this batch, as if
+        they had been linked from the start, so a later change to that history is found.
+        An explicit command (``Harness.start_chain``), never a silent rewrite."""
+
+        seq: int
+        anchor: str
+        events: int
 
     class RootDesignated(Aggregate.Event):
         conversation_id: int
@@ -86,6 +127,8 @@ class Session(Aggregate):
         self.main_head = 0
         self.root_id: int | None = None
         self.owner: str | None = None
+        #: The last boundary's hash chain link ("" before the chain).
+        self.link = ""
 
     def next_seq(self, allocated: int) -> int:
         """The number after ``allocated`` ids of an unfinished batch; rejects on exhaustion."""
@@ -95,15 +138,18 @@ class Session(Aggregate):
         return seq
 
     def claim(self, *, owner: str, host: str, pid: int) -> None:
-        self._claimed(owner=owner, host=host, pid=pid)
+        self.trigger_event(self.Claimed, owner=owner, host=host, pid=pid, link="")
 
-    def commit(self, *, first: int, last: int, scope: str = MAIN) -> None:
+    def start_chain(self, *, seq: int, anchor: str, events: int) -> None:
+        self.trigger_event(self.ChainStarted, seq=seq, anchor=anchor, events=events)
+
+    def commit(self, *, first: int, last: int, scope: str = MAIN, task: int | None = None) -> None:
         if first != self.head + 1 or last < first or last > MAX_SEQ:
             raise CommandRejectedError(
                 f"session {self.session_id!r}: batch [{first}, {last}] does not follow the "
                 f"high-water mark {self.head}"
             )
-        self.trigger_event(self.Committed, first=first, last=last, scope=scope)
+        self.trigger_event(self.Committed, first=first, last=last, scope=scope, link="", task=task)
 
     def designate_root(self, conversation_id: int) -> None:
         if self.root_id is not None:
@@ -127,10 +173,6 @@ class Session(Aggregate):
     def retire_working_scope(self, *, seq: int, scope: str) -> None:
         """Main retirement ends a working scope's lifetime; storage reclaims its rows."""
         self.trigger_event(self.WorkingScopeRetired, seq=seq, scope=scope)
-
-    @event(Claimed)
-    def _claimed(self, owner: str, host: str, pid: int) -> None:
-        self.owner = owner
 
     @event(RootDesignated)
     def _root_designated(self, conversation_id: int) -> None:

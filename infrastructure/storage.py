@@ -5,7 +5,6 @@ events' own transaction."""
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, is_dataclass
@@ -13,25 +12,23 @@ from datetime import datetime
 from typing import Any, Protocol, cast
 from uuid import UUID
 
-import pydantic_core
 from eventsourcing.application import AggregateNotFoundError, Repository
-from eventsourcing.domain import Aggregate, Snapshot
-from eventsourcing.persistence import (
-    AggregateRecorder,
-    DatetimeAsISO,
-    EventStore,
-    IntegrityError,
-    JSONTranscoder,
-    Mapper,
-    StoredEvent,
-    UUIDAsHex,
-)
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityError, StoredEvent
 
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
 from pico.domain.session import Session
 from pico.domain.state import StateWrite
+from pico.application.chain import ChainReport
+from pico.infrastructure.chain import (
+    PLACEHOLDER,
+    anchor_of,
+    paged,
+    seal_boundary,
+    verify_chain,
+)
+from pico.infrastructure.codec import make_mapper
 from pico.projections.ops import project, project_working
 from pico.projections.queries import Queries, ReadStore, StateQueries, TaskQueries
 
@@ -50,102 +47,6 @@ class SessionRecorder(Protocol):
         self, session_id: str, *, after: int, limit: int
     ) -> list[tuple[int, StoredEvent]]: ...
     def count_session_events(self, session_id: str, *, after: int) -> int: ...
-
-
-def make_mapper() -> Mapper[UUID]:
-    transcoder = JSONTranscoder()
-    transcoder.register(UUIDAsHex())
-    transcoder.register(DatetimeAsISO())
-    return _PlainEventMapper(transcoder=transcoder)
-
-
-# Field annotations whose values the JSON transcoder writes as plain JSON (no transcoding).
-_PLAIN_TYPE = re.compile(r"^(?:int|str|bool|float|None|list|dict|\[|\]|,|\||\s)*$")
-
-
-class _PlainEventMapper(Mapper[UUID]):
-    """eventsourcing's mapper, with a faster encoder for event classes whose fields are all
-    plain JSON plus the timestamp: pydantic-core's serializer (already a dependency) writes
-    the same JSON as the transcoder's ``json`` encoder in ~half the time (every command
-    maps ~4 events). Floats may be spelled differently (``1e-07`` vs ``1e-7``), which
-    decodes to the same value. Snapshots, other classes and any value the fast encoder
-    refuses take the transcoder as before; decoding is unchanged."""
-
-    def __init__(self, transcoder: JSONTranscoder) -> None:
-        super().__init__(transcoder=transcoder)
-        self._plain: dict[type, str | None] = {}  # class -> topic, None: not plain
-        self._plain_classes: dict[str, Any] = {}  # topic -> plain class, None: not plain
-
-    def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        cls = type(domain_event)
-        topic = self._plain.get(cls, "")
-        if topic == "":
-            topic = self._plain[cls] = _plain_topic(cls)
-        if topic is None:
-            return super().to_stored_event(domain_event)
-        state = dict(vars(domain_event))
-        originator_id = state.pop("originator_id")
-        originator_version = state.pop("originator_version")
-        stamp = state.get("timestamp")
-        if type(stamp) is datetime:
-            state["timestamp"] = {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()}
-        try:
-            data = pydantic_core.to_json(state)
-        except Exception:  # e.g. a lone surrogate: the transcoder decides (and explains)
-            return super().to_stored_event(domain_event)
-        return StoredEvent(originator_id, originator_version, topic, data)
-
-    def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        """The library's decoding, faster for plain classes: pydantic-core parses the body
-        (the timestamp is its only transcoded value, so a body holding exactly one
-        ``"_type_"`` marker needs no object hook); anything else decodes as before. Opening
-        a JSONL journal decodes every stored event, so this is most of its cost."""
-        topic = stored_event.topic
-        cls = self._plain_classes.get(topic)
-        if cls is None:
-            if topic in self._plain_classes:  # known not plain
-                return super().to_domain_event(stored_event)
-            resolved = resolve_topic(topic)
-            cls = resolved if _plain_topic(resolved) == topic else None
-            self._plain_classes[topic] = cls
-            if cls is None:
-                return super().to_domain_event(stored_event)
-        body = stored_event.state
-        if body.count(b'"_type_"') != 1:
-            return super().to_domain_event(stored_event)
-        try:
-            state = pydantic_core.from_json(body)
-            stamp = state["timestamp"]
-            if len(stamp) != 2 or stamp.get("_type_") != DatetimeAsISO.name:
-                return super().to_domain_event(stored_event)
-            state["timestamp"] = datetime.fromisoformat(stamp["_data_"])
-        except Exception:  # the library's decoding explains what is wrong
-            return super().to_domain_event(stored_event)
-        oid = stored_event.originator_id
-        state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
-        state["originator_version"] = stored_event.originator_version
-        state.pop("class_version", None)
-        event = object.__new__(cls)
-        object.__setattr__(event, "__dict__", state)
-        return event
-
-
-def _plain_topic(cls: type) -> str | None:
-    """The topic of an event class whose every field is plain JSON or the timestamp, and
-    that has no class version to record; None for any other class."""
-    if not is_dataclass(cls) or getattr(cls, "class_version", 1) > 1:
-        return None
-    if issubclass(cls, Snapshot):
-        return None
-    for f in fields(cls):
-        if f.name in ("originator_id", "originator_version"):
-            continue
-        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "?")
-        if f.name == "timestamp" and annotation == "datetime":
-            continue
-        if not _PLAIN_TYPE.match(annotation):
-            return None
-    return get_topic(cls)
 
 
 class EventSourcedStorage:
@@ -254,12 +155,25 @@ class EventSourcedStorage:
         ops = project(events)
         if working:
             ops.extend(project_working(working))
+        # The batch ends with its boundary (the Session aggregate is saved last): encode it
+        # with a placeholder link, then seal the chain over the exact stored bodies.
+        boundary = events[-1] if events and isinstance(events[-1], BATCH_END) else None
+        if boundary is not None:
+            object.__setattr__(boundary, "link", PLACEHOLDER)
+        stored = [self.mapper.to_stored_event(e) for e in events]
+        link = ""
+        if boundary is not None:
+            session = counts[-1][0]
+            link = seal_boundary(getattr(session, "link", ""), stored)
+            object.__setattr__(boundary, "link", link)
         try:
-            self.events.put(
-                events, session_id=self.session_id, ops=ops, defer=defer, working=working
+            self.recorder.insert_events(
+                stored, session_id=self.session_id, ops=ops, defer=defer, working=working
             )
         except IntegrityError as exc:
             raise StaleWriterError(self.session_id) from exc
+        if boundary is not None:
+            counts[-1][0].link = link  # type: ignore[attr-defined]
         due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
         if due and defer:
             # A snapshot is written on its own connection, after the batch it covers:
@@ -329,6 +243,23 @@ class EventSourcedStorage:
                     batch = []
         if batch:
             yield batch
+
+    def verify_chain(self) -> ChainReport:
+        """Recompute the session's hash chain from its stored events (reading only).
+        Every event is also decoded and checked against its type's schema: one that does
+        not match raises ``StorageCorruptError`` naming its position."""
+
+        def decoded() -> Iterator[tuple[int, StoredEvent]]:
+            for position, stored in paged(self._recorder().select_session_events, self.session_id):
+                self._decode(position, stored)
+                yield position, stored
+
+        return verify_chain(self.session_id, decoded())
+
+    def chain_anchor(self) -> tuple[str, int, bool]:
+        """What ``Session.ChainStarted`` records: the chain recomputed over every stored
+        event, their number, and whether any boundary predates the chain."""
+        return anchor_of(paged(self._recorder().select_session_events, self.session_id))
 
     def close(self) -> None:
         closer = getattr(self._read_store, "close", None)

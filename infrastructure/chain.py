@@ -1,0 +1,229 @@
+"""The hash chain over commit boundaries: tamper evidence that needs nothing but the log.
+
+Every batch ends with its boundary event (a command's ``Session.Committed``, an opening's
+``Session.Claimed``). Its ``link`` is ``sha256:<hex>`` of the previous boundary's link and
+the batch's stored events in order: each event's stream id, version, topic and exact body
+bytes, the boundary's own body included with its link replaced by ``PLACEHOLDER``. Storage
+fills the link in while it encodes the batch (one digest, no extra read or round trip), so
+it is written in the batch's own transaction on every backend.
+
+``verify`` recomputes the chain from the log alone. An edited, removed, reordered or
+inserted event changes its batch's digest (a removed whole batch changes the next one's),
+so the first batch whose link does not match is where history was changed. Boundaries
+written before the chain carry no link: they are reported as unchained, never as verified,
+until ``Session.ChainStarted`` anchors them (``start_chain``). Truncating the newest batches
+leaves a shorter valid chain: an auditor records the head link a verify reports, and a
+later verify that does not reach it says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+from uuid import UUID
+
+import pydantic_core
+from eventsourcing.persistence import StoredEvent
+
+from pico.application.chain import ChainBreak, ChainReport
+
+__all__ = ["PLACEHOLDER", "anchor_of", "chain_link", "paged", "seal_boundary", "verify_chain"]
+
+#: The algorithm's prefix; a later algorithm gets another.
+ALGORITHM = "sha256"
+#: What a boundary's link reads as while its batch is hashed: same length as a link.
+PLACEHOLDER = ALGORITHM + ":" + "0" * 64
+_KEY = b'"link":"'
+_PLACEHOLDER_FIELD = _KEY + PLACEHOLDER.encode() + b'"'
+
+_BOUNDARIES = frozenset(
+    {
+        "pico.domain.session:Session.Committed",
+        "pico.domain.session:Session.Claimed",
+    }
+)
+_CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
+
+
+def _frame(h: Any, stored: StoredEvent, body: bytes) -> None:
+    oid = stored.originator_id
+    hex_id = oid.hex if isinstance(oid, UUID) else UUID(str(oid)).hex
+    h.update(
+        b"%s %d %s %d\n"
+        % (hex_id.encode(), stored.originator_version, stored.topic.encode(), len(body))
+    )
+    h.update(body)
+
+
+def chain_link(previous: str, batch: Sequence[StoredEvent]) -> str:
+    """The link a batch's boundary must carry: ``batch[-1]`` is the boundary, read with
+    its link replaced by the placeholder."""
+    h = hashlib.sha256(previous.encode())
+    for stored in batch[:-1]:
+        _frame(h, stored, stored.state)
+    boundary = batch[-1]
+    _frame(h, boundary, _unlinked(boundary.state))
+    return f"{ALGORITHM}:{h.hexdigest()}"
+
+
+def seal_boundary(previous: str, batch: list[StoredEvent]) -> str:
+    """Compute the batch's link and write it into its boundary's body (in place in
+    ``batch``), which storage encoded with ``link = PLACEHOLDER``. Returns the link."""
+    boundary = batch[-1]
+    body = boundary.state
+    if body.count(_PLACEHOLDER_FIELD) != 1:
+        raise ValueError(f"boundary {boundary.topic} was not encoded with a placeholder link")
+    h = hashlib.sha256(previous.encode())
+    for stored in batch[:-1]:
+        _frame(h, stored, stored.state)
+    _frame(h, boundary, body)
+    link = f"{ALGORITHM}:{h.hexdigest()}"
+    batch[-1] = StoredEvent(
+        boundary.originator_id,
+        boundary.originator_version,
+        boundary.topic,
+        body.replace(_PLACEHOLDER_FIELD, _KEY + link.encode() + b'"'),
+    )
+    return link
+
+
+def _unlinked(body: bytes) -> bytes:
+    """A boundary body with its link (whatever it is) read as the placeholder."""
+    start = body.find(_KEY)
+    if start < 0:
+        return body
+    end = body.find(b'"', start + len(_KEY))
+    return body[:start] + _PLACEHOLDER_FIELD + body[end + 1 :]
+
+
+def stored_link(body: bytes) -> str:
+    """The link a stored boundary body carries ("" when it has none)."""
+    try:
+        state = pydantic_core.from_json(body)
+    except ValueError:
+        return ""
+    link = state.get("link", "") if isinstance(state, dict) else ""
+    return link if isinstance(link, str) else ""
+
+
+class _Walk:
+    """The running chain: stored links as the storage wrote them (``stored``), and the
+    chain recomputed from the first event as if every batch had been linked (``full``: what
+    a ``ChainStarted`` anchor must equal)."""
+
+    def __init__(self, report: ChainReport) -> None:
+        self.report = report
+        self.stored = ""
+        self.full = ""
+        self.linked = False
+
+    def batch(self, rows: list[tuple[int, StoredEvent]]) -> None:
+        report = self.report
+        first, last = rows[0][0], rows[-1][0]
+        events = [stored for _, stored in rows]
+        boundary = events[-1]
+        link = stored_link(boundary.state)
+        expected = chain_link(self.stored, events)
+        full = expected if self.full == self.stored else chain_link(self.full, events)
+        for position, stored in rows:
+            if stored.topic == _CHAIN_STARTED:
+                self._anchor(position, stored, report.events)
+        report.events += len(rows)
+        report.batches += 1
+        report.through = last
+        if not link:
+            if self.linked:
+                self._break(
+                    first,
+                    last,
+                    f"the boundary at position {last} carries no link after linked batches: "
+                    "its link was removed or the batch was inserted",
+                )
+            else:
+                report.unchained = report.events
+                report.unchained_through = last
+        else:
+            self.linked = True
+            if link != expected:
+                self._break(
+                    first,
+                    last,
+                    f"the batch at positions {first}-{last} does not match its link: an "
+                    "event in it was edited, removed, reordered or inserted, or a batch "
+                    "before it was removed",
+                )
+        report.head_link = link
+        self.stored = link
+        self.full = full
+
+    def _anchor(self, position: int, stored: StoredEvent, before: int) -> None:
+        report = self.report
+        try:
+            state = pydantic_core.from_json(stored.state)
+            anchor, count = state["anchor"], state["events"]
+        except (ValueError, KeyError, TypeError):
+            self._break(position, position, "the chain anchor does not decode")
+            return
+        if count != before or anchor != self.full:
+            self._break(
+                position,
+                position,
+                f"the history before the anchor at position {position} was changed since it "
+                f"was anchored ({count} events then, {before} now; their chain no longer "
+                "matches the anchor)",
+            )
+            return
+        report.unchained = 0
+        report.unchained_through = 0
+        report.anchored_at = position
+
+    def _break(self, first: int, last: int, message: str) -> None:
+        self.report.breaks.append(ChainBreak(first, last, message))
+
+
+def verify_chain(session: str, rows: Iterable[tuple[int, StoredEvent]]) -> ChainReport:
+    """Recompute the chain over a session's stored events in storage order."""
+    report = ChainReport(session)
+    walk = _Walk(report)
+    batch: list[tuple[int, StoredEvent]] = []
+    for position, stored in rows:
+        batch.append((position, stored))
+        if stored.topic in _BOUNDARIES:
+            walk.batch(batch)
+            batch = []
+    if batch:
+        report.tail = len(batch)
+        report.events += len(batch)
+        report.through = batch[-1][0]
+    return report
+
+
+def anchor_of(rows: Iterable[tuple[int, StoredEvent]]) -> tuple[str, int, bool]:
+    """The anchor a ``ChainStarted`` records: the chain recomputed over every stored event
+    as if each batch had been linked, the number of events, and whether any boundary is
+    unchained and not yet anchored (nothing to anchor otherwise)."""
+    full, count, unchained = "", 0, False
+    batch: list[StoredEvent] = []
+    for _, stored in rows:
+        batch.append(stored)
+        count += 1
+        if stored.topic == _CHAIN_STARTED:
+            unchained = False  # anchored already: only later unchained batches count
+        if stored.topic in _BOUNDARIES:
+            if not stored_link(stored.state):
+                unchained = True
+            full = chain_link(full, batch)
+            batch = []
+    return full, count, unchained
+
+
+def paged(select: Any, session: str, *, page: int = 1000) -> Iterator[tuple[int, StoredEvent]]:
+    """A session's stored events in storage order, read ``page`` at a time."""
+    after = 0
+    while True:
+        rows = select(session, after=after, limit=page)
+        if not rows:
+            return
+        yield from rows
+        after = rows[-1][0]
