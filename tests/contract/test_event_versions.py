@@ -246,10 +246,11 @@ def legacy_session(session: str) -> list[list[StoredEvent]]:
     ``Session.Committed`` at version 1 (no link, no task, no class_version), by hand."""
     s, c = session_uuid(session), conversation_uuid(session, 1)
     sess, conv = "pico.domain.session:Session", "pico.domain.conversation:Conversation"
-    name = json.dumps(session)
 
-    def ev(oid: Any, version: int, topic: str, body: str) -> StoredEvent:
-        return StoredEvent(oid, version, topic, body.encode())
+    def ev(oid: Any, version: int, topic: str, second: int, body: str) -> StoredEvent:
+        text = body.replace("@T", STAMP.replace("%d", str(second)))
+        text = text.replace("@S", json.dumps(session))
+        return StoredEvent(oid, version, topic, text.encode())
 
     return [
         [
@@ -257,15 +258,16 @@ def legacy_session(session: str) -> list[list[StoredEvent]]:
                 s,
                 1,
                 f"{sess}.Created",
-                '{"timestamp":%s,"originator_topic":"%s","session_id":%s}'
-                % (STAMP % 0, sess, name),
+                0,
+                '{"timestamp":@T,"originator_topic":"pico.domain.session:Session","session_id":@S}',
             ),
             ev(
                 s,
                 2,
                 f"{sess}.Claimed",
-                '{"timestamp":%s,"owner":"0f0e0d0c0b0a09080706050403020100","host":"old-host","pid":4242}'
-                % (STAMP % 1),
+                1,
+                '{"timestamp":@T,"owner":"0f0e0d0c0b0a09080706050403020100",'
+                '"host":"old-host","pid":4242}',
             ),
         ],
         [
@@ -273,69 +275,61 @@ def legacy_session(session: str) -> list[list[StoredEvent]]:
                 c,
                 1,
                 f"{conv}.Created",
-                '{"timestamp":%s,"originator_topic":"%s","session_id":%s,"conversation_id":1,"seq":1,"source_conversation_id":null,"source_as_of":null,"inherit_state":false,"owner_task_id":null,"context":[],"lineage":[],"calls":{},"answers":{}}'
-                % (STAMP % 2, conv, name),
+                2,
+                '{"timestamp":@T,"originator_topic":"pico.domain.conversation:Conversation",'
+                '"session_id":@S,"conversation_id":1,"seq":1,"source_conversation_id":null,'
+                '"source_as_of":null,"inherit_state":false,"owner_task_id":null,"context":[],'
+                '"lineage":[],"calls":{},"answers":{}}',
             ),
-            ev(
-                s, 3, f"{sess}.RootDesignated", '{"timestamp":%s,"conversation_id":1}' % (STAMP % 2)
-            ),
-            ev(
-                s,
-                4,
-                f"{sess}.Committed",
-                '{"timestamp":%s,"first":1,"last":1,"scope":"main"}' % (STAMP % 2),
-            ),
+            ev(s, 3, f"{sess}.RootDesignated", 2, '{"timestamp":@T,"conversation_id":1}'),
+            ev(s, 4, f"{sess}.Committed", 2, '{"timestamp":@T,"first":1,"last":1,"scope":"main"}'),
         ],
         [
             ev(
                 c,
                 2,
                 f"{conv}.EntryAppended",
-                '{"timestamp":%s,"conversation_id":1,"seq":2,"kind":"user","content":"\\"Inspect the parser\\"","metadata":null,"key":null,"by_task_id":null}'
-                % (STAMP % 3),
+                3,
+                '{"timestamp":@T,"conversation_id":1,"seq":2,"kind":"user",'
+                '"content":"\\"Inspect the parser\\"","metadata":null,"key":null,'
+                '"by_task_id":null}',
             ),
             ev(
                 c,
                 3,
                 f"{conv}.ContextAppended",
-                '{"timestamp":%s,"conversation_id":1,"seq":3,"ids":[2],"revision":0,"calls":{},"answers":{}}'
-                % (STAMP % 3),
+                3,
+                '{"timestamp":@T,"conversation_id":1,"seq":3,"ids":[2],"revision":0,'
+                '"calls":{},"answers":{}}',
             ),
-            ev(
-                s,
-                5,
-                f"{sess}.Committed",
-                '{"timestamp":%s,"first":2,"last":3,"scope":"main"}' % (STAMP % 3),
-            ),
+            ev(s, 5, f"{sess}.Committed", 3, '{"timestamp":@T,"first":2,"last":3,"scope":"main"}'),
         ],
         [
             ev(
                 c,
                 4,
                 f"{conv}.EntryAppended",
-                '{"timestamp":%s,"conversation_id":1,"seq":4,"kind":"assistant","content":"\\"It recurses per token\\"","metadata":null,"key":null,"by_task_id":null}'
-                % (STAMP % 4),
+                4,
+                '{"timestamp":@T,"conversation_id":1,"seq":4,"kind":"assistant",'
+                '"content":"\\"It recurses per token\\"","metadata":null,"key":null,'
+                '"by_task_id":null}',
             ),
             ev(
                 c,
                 5,
                 f"{conv}.ContextAppended",
-                '{"timestamp":%s,"conversation_id":1,"seq":5,"ids":[4],"revision":0,"calls":{},"answers":{}}'
-                % (STAMP % 4),
+                4,
+                '{"timestamp":@T,"conversation_id":1,"seq":5,"ids":[4],"revision":0,'
+                '"calls":{},"answers":{}}',
             ),
             ev(
                 s,
                 6,
-                f"{sess}.Session.ValueSet".replace("Session.Session", "Session"),
-                '{"timestamp":%s,"seq":6,"namespace":"plan","key":"step","value":"2"}'
-                % (STAMP % 4),
+                f"{sess}.ValueSet",
+                4,
+                '{"timestamp":@T,"seq":6,"namespace":"plan","key":"step","value":"2"}',
             ),
-            ev(
-                s,
-                7,
-                f"{sess}.Committed",
-                '{"timestamp":%s,"first":4,"last":6,"scope":"main"}' % (STAMP % 4),
-            ),
+            ev(s, 7, f"{sess}.Committed", 4, '{"timestamp":@T,"first":4,"last":6,"scope":"main"}'),
         ],
     ]
 
@@ -456,7 +450,7 @@ def test_a_body_that_does_not_match_its_schema_is_refused_by_the_codec(
         session_uuid("s"),
         4,
         "pico.domain.session:Session.Committed",
-        ('{"timestamp":%s,%s}' % (STAMP % 0, body)).encode(),
+        ('{"timestamp":' + STAMP.replace("%d", "0") + "," + body + "}").encode(),
     )
     with pytest.raises(EventSchemaError, match=reason):
         make_mapper().to_domain_event(stored)
@@ -468,11 +462,11 @@ def test_a_body_from_a_newer_release_names_its_version() -> None:
         4,
         "pico.domain.session:Session.Committed",
         (
-            '{"timestamp":%s,"first":1,"last":1,"scope":"main","link":"","task":null,'
-            '"class_version":3}' % (STAMP % 0)
+            '{"timestamp":' + STAMP.replace("%d", "0") + ',"first":1,"last":1,"scope":"main",'
+            '"link":"","task":null,"class_version":3}'
         ).encode(),
     )
-    with pytest.raises(EventSchemaError, match="class_version 3.*upgrade pico"):
+    with pytest.raises(EventSchemaError, match=r"class_version 3.*upgrade pico"):
         make_mapper().to_domain_event(stored)
 
 
