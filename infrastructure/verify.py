@@ -142,7 +142,7 @@ def replayed_read_store(session_id: str, batches: Iterable[Sequence[Any]]) -> Me
 
 
 @dataclass
-class _Findings:
+class Findings:
     items: list[Finding] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -160,11 +160,11 @@ class _Findings:
         return (*self.items, *extra)
 
 
-class _Replay:
+class EventReplay:
     """Decodes the session's events in storage order, checks versions and boundaries, and
     hands each complete batch to ``sink`` (which projects it into the fresh store)."""
 
-    def __init__(self, findings: _Findings, sink: Callable[[list[Any]], None]) -> None:
+    def __init__(self, findings: Findings, sink: Callable[[list[Any]], None]) -> None:
         self.findings = findings
         self.sink = sink
         self.mapper = make_mapper()
@@ -269,27 +269,14 @@ class _Replay:
 
 
 def _check(url: str, session: str) -> CheckReport:
-    findings = _Findings()
+    findings = Findings()
     skipped: tuple[str, ...] = ()
     if url.startswith("memory://"):
         return _check_memory(url, session, findings)
     if url.startswith("jsonl:///"):
         return _check_jsonl(Path(url[len("jsonl:///") :]), session, findings)
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
-        if path.is_dir():
-            raise StorageUnavailableError(f"{path} is a directory; give the SQLite file's path")
-        if not path.exists():
-            raise StorageUnavailableError(
-                f"there is no SQLite file at {path}; check the path (check never creates one)"
-            )
-        engine = _sqlite_read_only(path)
-        where = str(path)
-    else:  # PostgreSQL: check() let only the URL forms Harness.open takes through
-        engine = sa.create_engine(
-            "postgresql+psycopg://" + url.split("://", 1)[1], poolclass=sa.pool.NullPool
-        )
-        where = mask_url(url)
+    engine, where = sql_engine(url)
+    if engine.dialect.name == "postgresql":
         skipped = (
             "the page-level integrity check (PostgreSQL has none without the amcheck "
             "extension; every row of the session is still read and compared)",
@@ -301,7 +288,26 @@ def _check(url: str, session: str) -> CheckReport:
     return CheckReport(session, count, findings.result(), skipped)
 
 
-def _sqlite_read_only(path: Path) -> Engine:
+def sql_engine(url: str, *, what: str = "check") -> tuple[Engine, str]:
+    """A reading engine for a ``sqlite:///`` or PostgreSQL URL, and the place messages
+    name: SQLite read-only at the driver (a missing file is refused, never created);
+    PostgreSQL on a plain engine whose transactions the caller makes read-only."""
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if path.is_dir():
+            raise StorageUnavailableError(f"{path} is a directory; give the SQLite file's path")
+        if not path.exists():
+            raise StorageUnavailableError(
+                f"there is no SQLite file at {path}; check the path ({what} never creates one)"
+            )
+        return sqlite_read_only(path), str(path)
+    engine = sa.create_engine(
+        "postgresql+psycopg://" + url.split("://", 1)[1], poolclass=sa.pool.NullPool
+    )
+    return engine, mask_url(url)
+
+
+def sqlite_read_only(path: Path) -> Engine:
     """A read-only SQLite engine: ``mode=ro`` at the driver, one read transaction per
     connection, nothing that writes (no journal-mode or schema change)."""
     engine = sa.create_engine(
@@ -319,7 +325,7 @@ def _sqlite_read_only(path: Path) -> Engine:
     return engine
 
 
-def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) -> int:
+def _check_sql(engine: Engine, session: str, where: str, findings: Findings) -> int:
     postgres = engine.dialect.name == "postgresql"
     try:
         conn = engine.connect()
@@ -331,8 +337,8 @@ def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) ->
             ) from exc
         findings.add("storage", f"{where} cannot be opened: {_short(exc.orig)}")
         return 0
-    replica = _Replica(session)
-    replay = _Replay(findings, replica.apply)
+    replica = Replica(session)
+    replay = EventReplay(findings, replica.apply)
     try:
         with conn:
             if postgres:
@@ -345,18 +351,10 @@ def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) ->
                 present = set(sa.inspect(conn).get_table_names())
                 if t.events.name not in present:
                     raise UnknownSessionError(session)
-                if not _has_session(conn, session, present):
+                if not has_session(conn, session, present):
                     raise UnknownSessionError(session)
-                ev = t.events.c
-                rows = conn.execution_options(yield_per=1000).execute(
-                    sa.select(ev.id, ev.originator_id, ev.originator_version, ev.topic, ev.state)
-                    .where(ev.session_id == session)
-                    .order_by(ev.id)
-                )
-                for r in rows:
-                    # A body rewritten as TEXT behind pico's back reads back as str.
-                    body = r[4].encode("utf-8", "surrogatepass") if isinstance(r[4], str) else r[4]
-                    replay.feed(r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(body)))
+                for position, stored in session_events(conn, session):
+                    replay.feed(position, stored)
                 replay.finish()
                 if t.snapshots.name in present:
                     _check_snapshots(conn, replay)
@@ -367,7 +365,7 @@ def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) ->
                             continue
                         _compare(
                             table,
-                            _rows(conn, table, session),
+                            table_rows(conn, table, session),
                             replica.rows(table),
                             findings,
                         )
@@ -389,7 +387,26 @@ def _check_sql(engine: Engine, session: str, where: str, findings: _Findings) ->
     return replay.count
 
 
-def _check_snapshots(conn: Connection, replay: _Replay) -> None:
+def session_events(
+    conn: Connection, session: str, *, after: int = 0
+) -> Iterator[tuple[int, StoredEvent]]:
+    """The session's stored events after position ``after``, in storage order, streamed
+    (``yield_per``) inside the caller's transaction."""
+    ev = t.events.c
+    # Per statement: a connection's execution_options change the connection itself.
+    rows = conn.execute(
+        sa.select(ev.id, ev.originator_id, ev.originator_version, ev.topic, ev.state)
+        .where(ev.session_id == session, ev.id > after)
+        .order_by(ev.id)
+        .execution_options(yield_per=1000)
+    )
+    for r in rows:
+        # A body rewritten as TEXT behind pico's back reads back as str.
+        body = r[4].encode("utf-8", "surrogatepass") if isinstance(r[4], str) else r[4]
+        yield r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(body))
+
+
+def _check_snapshots(conn: Connection, replay: EventReplay) -> None:
     sc = t.snapshots.c
     streams = replay.streams
     for i in range(0, len(streams), 500):
@@ -401,7 +418,7 @@ def _check_snapshots(conn: Connection, replay: _Replay) -> None:
             replay.snapshot(UUID(r[0]), r[1], r[2], bytes(body))
 
 
-def _integrity(conn: Connection, where: str, findings: _Findings) -> bool:
+def _integrity(conn: Connection, where: str, findings: Findings) -> bool:
     """SQLite's full page check; False when the file is not readable at all."""
     try:
         result = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check")]
@@ -414,7 +431,7 @@ def _integrity(conn: Connection, where: str, findings: _Findings) -> bool:
     return True
 
 
-def _has_session(conn: Connection, session: str, present: set[str]) -> bool:
+def has_session(conn: Connection, session: str, present: set[str]) -> bool:
     ev = t.events.c
     if conn.execute(sa.select(ev.id).where(ev.session_id == session).limit(1)).first():
         return True
@@ -424,7 +441,7 @@ def _has_session(conn: Connection, session: str, present: set[str]) -> bool:
     return conn.execute(sa.select(s.session_id).where(s.session_id == session)).first() is not None
 
 
-class _Replica:
+class Replica:
     """The fresh in-memory read store: the same tables in a private SQLite memory
     database, written by the same projection writer the recorder uses."""
 
@@ -443,92 +460,160 @@ class _Replica:
         finally:
             cur.close()
 
-    def rows(self, table: sa.Table) -> Iterator[tuple[Any, ...]]:
+    def rows(self, table: sa.Table, *, commits: bool = True) -> Iterator[tuple[Any, ...]]:
         with self.engine.connect() as conn:
-            yield from _rows(conn, table, self.session)
+            yield from table_rows(conn, table, self.session, commits=commits)
 
     def close(self) -> None:
         self._raw.close()
         self.engine.dispose()
 
 
-def _rows(conn: Connection, table: sa.Table, session: str) -> Iterator[tuple[Any, ...]]:
-    """The session's rows of one read-model table, keyed order, working scopes left out."""
+def working_rows(table: sa.Table, *, commits: bool = True) -> sa.ColumnElement[bool] | None:
+    """Which rows of ``table`` belong to working scopes (None: no row does). Working
+    writes are not events: their rows are left out of every comparison with a replay and
+    are never replaced by a rebuild. A working scope's commit boundaries ARE events
+    (``Session.Committed``); ``commits=False`` counts them as history."""
+    c = table.c
+    if table is t.addresses:
+        return c.scope_kind == "working"
+    if table is t.commits and not commits:
+        return None
+    if "scope" in c:
+        return c.scope.startswith("working/", autoescape=True)
+    return None
+
+
+def table_rows(
+    conn: Connection, table: sa.Table, session: str, *, commits: bool = True
+) -> Iterator[tuple[Any, ...]]:
+    """The session's rows of one read-model table, keyed order, working scopes left out
+    (``working_rows``)."""
     c = table.c
     q = sa.select(table).where(c.session_id == session)
-    if table is t.addresses:
-        q = q.where(c.scope_kind != "working")
-    elif "scope" in c:
-        q = q.where(~c.scope.startswith("working/", autoescape=True))
+    working = working_rows(table, commits=commits)
+    if working is not None:
+        q = q.where(~working)
     order: list[sa.ColumnElement[Any]] = []
     for col in table.primary_key.columns:
         if isinstance(col.type, sa.String):
             order.append(col.collate("C" if conn.dialect.name == "postgresql" else "BINARY"))
         else:
             order.append(col)
-    for row in conn.execution_options(yield_per=1000).execute(q.order_by(*order)):
+    for row in conn.execute(q.order_by(*order).execution_options(yield_per=1000)):
         yield tuple(row)
+
+
+@dataclass(frozen=True)
+class RowDiff:
+    """One read-model row that differs between two row streams of the same table.
+
+    Attributes:
+        table: the table's name (``pico_entries`` ...).
+        key: the row's key columns and values (``session_id`` left out unless it is the
+            whole key).
+        live: the row as the live read model holds it; None when it is missing there.
+        rebuilt: the row as the events produce it; None when no event produces it.
+    """
+
+    table: str
+    key: dict[str, Any]
+    live: dict[str, Any] | None
+    rebuilt: dict[str, Any] | None
+
+    @property
+    def kind(self) -> str:
+        """``missing`` (the events produce it, the live model lacks it), ``extra`` (the
+        live model holds it, no event produces it) or ``differs``."""
+        if self.live is None:
+            return "missing"
+        return "extra" if self.rebuilt is None else "differs"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns whose values differ (every column of a missing or extra row)."""
+        if self.live is None or self.rebuilt is None:
+            return tuple(self.live or self.rebuilt or {})
+        return tuple(n for n, v in self.live.items() if self.rebuilt.get(n) != v)
+
+    def describe(self, live: str = "live", rebuilt: str = "rebuilt") -> str:
+        """One line naming the row and what differs, the two sides called ``live`` and
+        ``rebuilt``."""
+        ids = "(" + ", ".join(f"{k}={v!r}" for k, v in self.key.items()) + ")"
+        if self.live is None:
+            return f"{self.table} row {ids} is missing: the events produce it"
+        if self.rebuilt is None:
+            return f"{self.table} row {ids} is {live} but no event produces it"
+        cols = ", ".join(
+            f"{n} ({live} {self.live[n]!r}, {rebuilt} {self.rebuilt.get(n)!r})"
+            for n in self.columns
+        )
+        return f"{self.table} row {ids} differs in {cols}"
+
+    def __str__(self) -> str:
+        return _clip(self.describe())
+
+
+def diff_rows(
+    table: sa.Table,
+    live: Iterable[tuple[Any, ...]],
+    rebuilt: Iterable[tuple[Any, ...]],
+    *,
+    ignore: frozenset[str] = frozenset(),
+) -> Iterator[RowDiff]:
+    """Walk two key-ordered row streams of ``table`` together (constant memory) and yield
+    every row that differs. Columns in ``ignore`` are left out of keys and comparisons
+    (``session_id``, to compare a session with its copy under another name)."""
+    names = [c.name for c in table.columns]
+    pk = [c.name for c in table.primary_key.columns]
+    key_names = [n for n in pk if n not in ignore and (n != "session_id" or len(pk) == 1)]
+    key_at = [names.index(n) for n in key_names]
+    keep = [i for i, n in enumerate(names) if n not in ignore]
+
+    def as_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+        return {names[i]: row[i] for i in keep}
+
+    stored, replayed = iter(live), iter(rebuilt)
+    a, b = next(stored, None), next(replayed, None)
+    while a is not None or b is not None:
+        ka = tuple(a[i] for i in key_at) if a is not None else None
+        kb = tuple(b[i] for i in key_at) if b is not None else None
+        if a is not None and b is not None and ka == kb:
+            if [a[i] for i in keep] != [b[i] for i in keep]:
+                key = dict(zip(key_names, ka or (), strict=True))
+                yield RowDiff(table.name, key, as_dict(a), as_dict(b))
+            a, b = next(stored, None), next(replayed, None)
+        elif b is None or (a is not None and ka is not None and kb is not None and ka < kb):
+            assert a is not None and ka is not None
+            yield RowDiff(table.name, dict(zip(key_names, ka, strict=True)), as_dict(a), None)
+            a = next(stored, None)
+        else:
+            assert kb is not None
+            yield RowDiff(table.name, dict(zip(key_names, kb, strict=True)), None, as_dict(b))
+            b = next(replayed, None)
 
 
 def _compare(
     table: sa.Table,
     stored: Iterator[tuple[Any, ...]],
     replayed: Iterator[tuple[Any, ...]],
-    findings: _Findings,
+    findings: Findings,
 ) -> None:
-    """Walk both key-ordered row streams together; report the first difference and how
-    many rows differ in all."""
-    names = [c.name for c in table.columns]
-    key_at = [
-        names.index(c.name)
-        for c in table.primary_key.columns
-        if c.name != "session_id" or len(table.primary_key.columns) == 1
-    ]
+    """``check``'s comparison: the first difference, and how many rows differ in all."""
     first: str | None = None
     differ = 0
-    a, b = next(stored, None), next(replayed, None)
-    while a is not None or b is not None:
-        ka = tuple(a[i] for i in key_at) if a is not None else None
-        kb = tuple(b[i] for i in key_at) if b is not None else None
-        if a is not None and b is not None and ka == kb:
-            if a != b:
-                differ += 1
-                cols = [n for n, x, y in zip(names, a, b, strict=True) if x != y]
-                first = first or (
-                    f"{table.name} row {_ids(table, a, key_at)} differs from the replay in "
-                    + ", ".join(
-                        f"{n} (stored {a[names.index(n)]!r}, replay {b[names.index(n)]!r})"
-                        for n in cols
-                    )
-                )
-            a, b = next(stored, None), next(replayed, None)
-        elif b is None or (a is not None and ka is not None and kb is not None and ka < kb):
-            assert a is not None
-            differ += 1
-            first = first or (
-                f"{table.name} row {_ids(table, a, key_at)} is stored but no event produces it"
-            )
-            a = next(stored, None)
-        else:
-            differ += 1
-            first = first or (
-                f"{table.name} row {_ids(table, b, key_at)} is missing: the events produce it"
-            )
-            b = next(replayed, None)
+    for diff in diff_rows(table, stored, replayed):
+        differ += 1
+        first = first or diff.describe("stored", "replay")
     if first is not None:
         more = f" ({differ} rows differ in all)" if differ > 1 else ""
         findings.add("read model", _clip(first) + more)
 
 
-def _ids(table: sa.Table, row: tuple[Any, ...], key_at: list[int]) -> str:
-    names = [c.name for c in table.columns]
-    return "(" + ", ".join(f"{names[i]}={row[i]!r}" for i in key_at) + ")"
-
-
 # ------------------------------------------------------------------------------ memory
 
 
-def _check_memory(url: str, session: str, findings: _Findings) -> CheckReport:
+def _check_memory(url: str, session: str, findings: Findings) -> CheckReport:
     name = url[len("memory://") :]
     if not name:
         raise ConfigurationError(
@@ -549,12 +634,12 @@ def _check_log(
     log: Sequence[StoredEvent],
     snapshots: MemoryDatabase,
     live: MemoryReadStore | None,
-    findings: _Findings,
+    findings: Findings,
 ) -> CheckReport:
     """Replay an in-memory log (position = index + 1, as its audit numbers it), check the
     snapshots kept in ``snapshots``, and compare the replay with ``live``."""
     replica = MemoryReadStore(session)
-    replay = _Replay(findings, lambda batch: replica.apply(project(batch)))
+    replay = EventReplay(findings, lambda batch: replica.apply(project(batch)))
     for i, stored in enumerate(log):
         replay.feed(i + 1, stored)
     replay.finish()
@@ -576,7 +661,7 @@ def _check_log(
 # ------------------------------------------------------------------------------- JSONL
 
 
-def _check_jsonl(directory: Path, session: str, findings: _Findings) -> CheckReport:
+def _check_jsonl(directory: Path, session: str, findings: Findings) -> CheckReport:
     """Open the journal read-only (no lock, nothing written), replay its events and compare
     them with the read model the session answers from. While a writer of this process owns
     the session, its lock is held for the whole check, so no commit lands between reading
@@ -605,7 +690,7 @@ def _check_jsonl(directory: Path, session: str, findings: _Findings) -> CheckRep
 
 
 def _check_damaged_journal(
-    journal: Journal, session: str, error: Exception, findings: _Findings
+    journal: Journal, session: str, error: Exception, findings: Findings
 ) -> CheckReport:
     """The ordinary open refused the journal. A line that does not parse is one ``storage``
     finding (the file, line and byte offset); otherwise the lines parse and the events are
@@ -621,7 +706,7 @@ def _check_damaged_journal(
         return CheckReport(session, 0, findings.result(), ())
     events = [e for batch in loaded.batches for e in batch.events]
     replica = MemoryReadStore(session)
-    replay = _Replay(findings, lambda batch: replica.apply(project(batch)))
+    replay = EventReplay(findings, lambda batch: replica.apply(project(batch)))
     for i, stored in enumerate(events):
         replay.feed(i + 1, stored)
     replay.finish()
@@ -639,7 +724,7 @@ def _check_damaged_journal(
     return CheckReport(session, replay.count, findings.result(), ())
 
 
-def _compare_memory(live: MemoryReadStore, replica: MemoryReadStore, findings: _Findings) -> None:
+def _compare_memory(live: MemoryReadStore, replica: MemoryReadStore, findings: Findings) -> None:
     """Index by index; working-scope rows (not events) are left out of both sides."""
     skip = {"lock", "session_id"}
     mine, theirs = vars(live), vars(replica)
@@ -687,3 +772,27 @@ def _short(exc: BaseException | None) -> str:
 
 def _clip(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def memory_diffs(live: MemoryReadStore, replica: MemoryReadStore) -> Iterator[RowDiff]:
+    """Row-by-row differences of two in-memory read models, index by index and key by key
+    (an index is the memory backend's table); working-scope keys left out of both."""
+    skip = {"lock", "session_id"}
+    mine, theirs = vars(live), vars(replica)
+    for attr in sorted(set(mine) | set(theirs)):
+        if attr in skip:
+            continue
+        x, y = _no_working(mine.get(attr)), _no_working(theirs.get(attr))
+        if x == y:
+            continue
+        name = attr.lstrip("_")
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted({*x, *y}, key=repr):
+                if k not in x:
+                    yield RowDiff(name, {"key": k}, None, {"value": y[k]})
+                elif k not in y:
+                    yield RowDiff(name, {"key": k}, {"value": x[k]}, None)
+                elif x[k] != y[k]:
+                    yield RowDiff(name, {"key": k}, {"value": x[k]}, {"value": y[k]})
+        else:
+            yield RowDiff(name, {}, {"value": x}, {"value": y})
