@@ -27,6 +27,7 @@ __all__ = [
     "ReadOnlyError",
     "RequestKeyConflictError",
     "ReservedNamespaceError",
+    "SchemaOutdatedError",
     "SequenceExhaustedError",
     "SessionLockedError",
     "ShuttingDownError",
@@ -301,4 +302,19 @@ class SessionLockedError(StaleWriterError):
             f"session {session_id!r} is open for writing in another process (it holds the "
             f"lock on {lock}); nothing was written. Close that harness (the lock is released "
             "when its process exits, even by a crash), or open with read_only=True",
+        )
+
+
+class SchemaOutdatedError(ConfigurationError):
+    """The database's pico schema is at an older revision than this code needs, and the
+    open did not opt in to upgrading it (``PICO_UPGRADE_SCHEMA=1``); nothing was changed.
+    The message names both revisions and the command that upgrades it."""
+
+    def __init__(self, location: str, current: str, required: str, how: str) -> None:
+        self.location = location
+        self.current = current
+        self.required = required
+        super().__init__(
+            f"the pico schema of {location} is at revision {current} but this pico needs "
+            f"revision {required}; nothing was changed. {how}"
         )

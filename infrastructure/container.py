@@ -32,13 +32,21 @@ def _sql_url(url: str) -> str:
     return url
 
 
-def _open_sql(url: str, durability: str, read_only: bool, *, shown: str) -> tuple[SqlDatabase, Any]:
+def _open_sql(
+    url: str, durability: str, read_only: bool, *, shown: str, upgrade_schema: bool = False
+) -> tuple[SqlDatabase, Any]:
     """One engine pair per URL per process and mode, shared by its sessions, closed with
     the last. A read-only database is opened apart (read-only connections, no DDL)."""
     key = (url, durability, read_only)
     db, count = _databases.get(key, (None, 0))
     if db is None:
-        db = SqlDatabase(url, durability=durability, read_only=read_only, location=shown)
+        db = SqlDatabase(
+            url,
+            durability=durability,
+            read_only=read_only,
+            location=shown,
+            upgrade_schema=upgrade_schema,
+        )
     _databases[key] = (db, count + 1)
 
     def release() -> None:
@@ -94,7 +102,11 @@ def build_storage(settings: PicoSettings) -> Storage:
         if not path.exists():
             raise UnknownSessionError(f"{sid} (no database file at {path})")
     db, release = _open_sql(
-        _sql_url(url), settings.durability, settings.read_only, shown=mask_url(url)
+        _sql_url(url),
+        settings.durability,
+        settings.read_only,
+        shown=mask_url(url),
+        upgrade_schema=settings.upgrade_schema,
     )
     if not db.has_schema:  # read-only, and the database holds no pico tables
         release()

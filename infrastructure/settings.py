@@ -151,6 +151,11 @@ class PicoSettings(BaseSettings):
             synchronous=NORMAL); ``fsync`` flushes every commit (synchronous=FULL), which
             also survives power loss.
         read_only: open without claiming, for audits and reports.
+        upgrade_schema: the embedder's opt-in (``PICO_UPGRADE_SCHEMA=1``) to upgrading a
+            SQL database whose schema is older than this code's, on open; without it
+            such an open is refused with ``SchemaOutdatedError`` and nothing changes
+            (``pico db upgrade URL`` upgrades it explicitly). A new database is always
+            created, and a pre-Alembic one at the last legacy version always adopted.
     """
 
     model_config = SettingsConfigDict(env_prefix="PICO_", extra="forbid")
@@ -159,6 +164,7 @@ class PicoSettings(BaseSettings):
     session: str = "main"
     durability: str = "process"
     read_only: bool = False
+    upgrade_schema: bool = False
 
     # ``mode="before"``: the checks see the raw value, so a wrong type is a
     # ConfigurationError too (pydantic passes non-ValueError exceptions through).
@@ -179,16 +185,24 @@ class PicoSettings(BaseSettings):
 
 
 def settings_for(
-    url: object, *, session: object, durability: object = None, read_only: object = False
+    url: object,
+    *,
+    session: object,
+    durability: object = None,
+    read_only: object = False,
+    upgrade_schema: object = None,
 ) -> PicoSettings:
     """The settings for one open, checked by the one configuration gate: a mistake is a
-    ``ConfigurationError`` whatever rule it breaks (pydantic's own errors included)."""
+    ``ConfigurationError`` whatever rule it breaks (pydantic's own errors included).
+    ``upgrade_schema=None`` takes ``PICO_UPGRADE_SCHEMA`` from the environment."""
+    extra: dict[str, Any] = {} if upgrade_schema is None else {"upgrade_schema": upgrade_schema}
     try:
         return PicoSettings(
             storage_url=url,  # type: ignore[arg-type]  # checked by the validators
             session=session,  # type: ignore[arg-type]
             durability="process" if durability is None else durability,  # type: ignore[arg-type]
             read_only=read_only,  # type: ignore[arg-type]
+            **extra,
         )
     except ValidationError as exc:  # a rule the checks do not cover (e.g. read_only="x")
         errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

@@ -86,10 +86,16 @@ class SqlDatabase:
         durability: str = "process",
         read_only: bool = False,
         location: str | None = None,
+        upgrade_schema: bool = False,
+        manage_schema: bool = True,
     ) -> None:
         self.url = url
         self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
         self.read_only = read_only
+        #: The embedder's opt-in to upgrading an older schema on open (``schema.ensure``).
+        self.upgrade_schema = upgrade_schema
+        #: False for ``pico db``: the open neither judges nor changes the schema.
+        self.manage_schema = manage_schema
         #: What messages name: the SQLite file path, or the URL with its password masked.
         self.location = location or mask_url(url)
         #: False when a read-only open found no pico schema (nothing to read).
@@ -110,6 +116,10 @@ class SqlDatabase:
         self.path = Path(url[len("sqlite:///") :])
         self.location = str(self.path)
         state = _sqlite_state(self.path, read_only=self.read_only)
+        # Judged before anything is written: a refused schema leaves the file untouched.
+        setup = self.manage_schema and (
+            not isinstance(state, t.SchemaState) or self._needs_setup(state)
+        )
         sync = "FULL" if durability == "fsync" else "NORMAL"
         if self.read_only:
             self.has_schema = state != "new"
@@ -140,8 +150,19 @@ class SqlDatabase:
         _sqlite_pragmas(self.writer, sync, begin="BEGIN IMMEDIATE")
         _sqlite_pragmas(self.reader, sync, begin="BEGIN")
         _sqlite_pragmas(self.loader, sync, begin="BEGIN")
-        if state != "current":  # new, empty, or pico's with migrations to apply
+        if setup:  # new, empty, or pico's to adopt or (opted in) upgrade
             self._setup()
+
+    def _needs_setup(self, state: t.SchemaState) -> bool:
+        shown = f"sqlite:///{self.path}" if self.dialect == "sqlite" else self.location
+        return t.check(
+            state,
+            upgrade=self.upgrade_schema,
+            read_only=self.read_only,
+            location=self.location,
+            url=shown,
+            dialect=self.dialect,
+        )
 
     def _hold_guard(self) -> None:
         """Keep a read-only connection on an existing file until a write open has verified
@@ -170,19 +191,50 @@ class SqlDatabase:
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
             )
             with self._closing_on_failure("connecting"), self.reader.connect() as conn:
-                found = conn.exec_driver_sql("SELECT to_regclass('pico_schema')").scalar()
-            self.has_schema = found is not None
+                state = t.read_state(conn)
+                self.has_schema = not state.fresh
+                if self.has_schema and self.manage_schema:
+                    self._needs_setup(state)  # refuses an older or newer schema
         else:
             self.reader = self.writer.execution_options(isolation_level="REPEATABLE READ")
             self.loader = self.reader
-            self._setup()
+            if self.manage_schema:
+                self._setup()
+
+    @contextmanager
+    def _schema_lock(self, doing: str) -> Iterator[Connection]:
+        """One writing transaction that holds the schema lock: SQLite's write lock (BEGIN
+        IMMEDIATE), PostgreSQL's advisory lock (concurrent opens across processes)."""
+        with self.translating(doing), self.writer.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
+            yield conn
 
     def _setup(self) -> None:
-        with self._closing_on_failure("setting up pico's tables"), self.writer.begin() as conn:
-            if self.dialect == "postgresql":
-                # Serialize concurrent first-time setup across processes.
-                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7305729)")
-            t.setup(conn)
+        doing = "setting up pico's tables"
+        with self._closing_on_failure(doing), self._schema_lock(doing) as conn:
+            # Read again under the lock: another process may have set it up meanwhile.
+            shown = f"sqlite:///{self.path}" if self.dialect == "sqlite" else self.location
+            t.ensure(
+                conn,
+                upgrade=self.upgrade_schema,
+                location=self.location,
+                url=shown,
+                dialect=self.dialect,
+            )
+
+    def schema_state(self) -> t.SchemaState:
+        """What the database holds (``pico db current``); reads only."""
+        if not self.has_schema:
+            return t.SchemaState()
+        with self.translating("reading its schema"), self.reader.connect() as conn:
+            return t.read_state(conn)
+
+    def migrate(self, target: str) -> tuple[t.SchemaState, str]:
+        """Create, adopt or upgrade the schema to ``target`` in one transaction
+        (``pico db upgrade``); returns the state found and the revision reached."""
+        with self._schema_lock(f"upgrading pico's tables to {target}") as conn:
+            return t.upgrade(conn, target, location=self.location)
 
     @contextmanager
     def _closing_on_failure(self, doing: str) -> Iterator[None]:
@@ -325,11 +377,11 @@ def read_only_connector(path: Path) -> Callable[[], Any]:
     return connect
 
 
-def _sqlite_state(path: Path, *, read_only: bool) -> str:
+def _sqlite_state(path: Path, *, read_only: bool) -> str | t.SchemaState:
     """What the file at ``path`` is, inspected without writing: ``new`` (absent, or empty:
-    pico may create its schema there), ``current`` (pico's, fully migrated), ``old``
-    (pico's, migrations pending). A directory, a missing or unwritable directory, a foreign
-    SQLite database or a damaged file raise, and nothing is created."""
+    pico may create its schema there) or the state of pico's schema in it. A directory, a
+    missing or unwritable directory, a foreign SQLite database or a damaged file raise, and
+    nothing is created."""
     if path.is_dir():
         raise StorageUnavailableError(
             f"{path} is a directory, not a SQLite file; name a file inside it, e.g. "
@@ -383,12 +435,12 @@ def _sqlite_state(path: Path, *, read_only: bool) -> str:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
             return "new"
-        if "pico_schema" not in tables:
+        if "pico_schema" not in tables and t.VERSION_TABLE not in tables:
             raise ConfigurationError(
                 f"{path} is a SQLite database of another application (it has no pico tables); "
                 "nothing was changed. Point pico at its own file or a new path"
             )
-        done = {int(r[0]) for r in conn.execute("SELECT version FROM pico_schema")}
+        found = t.state_from(tables.__contains__, lambda sql: conn.execute(sql).fetchall())
     except sqlite3.Error as exc:
         translated = translate_error(exc, location, "reading its schema", sqlite=True)
         if translated is exc:
@@ -396,7 +448,7 @@ def _sqlite_state(path: Path, *, read_only: bool) -> str:
         raise translated from exc
     finally:
         conn.close()
-    return "current" if {m[0] for m in t.MIGRATIONS} <= done else "old"
+    return found
 
 
 class RawWriter:
@@ -662,7 +714,7 @@ class SqlRecorder(AggregateRecorder):
             self.db.translating(f"reading the events of stream {_hex(originator_id)}"),
             self.db.loader.connect() as conn,
         ):
-            return [StoredEvent(UUID(r[0]), r[1], r[2], bytes(r[3])) for r in conn.execute(q)]
+            return [StoredEvent(UUID(r[0]), r[1], r[2], _body(r[3])) for r in conn.execute(q)]
 
     def select_session_events(
         self, session_id: str, *, after: int, limit: int
@@ -679,7 +731,7 @@ class SqlRecorder(AggregateRecorder):
         doing = f"reading the events of session {session_id!r} after position {after}"
         with self.db.translating(doing), self.db.loader.connect() as conn:
             return [
-                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(r[4]))) for r in conn.execute(q)
+                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], _body(r[4]))) for r in conn.execute(q)
             ]
 
     def count_session_events(self, session_id: str, *, after: int) -> int:
@@ -1514,3 +1566,10 @@ class SqlReadStore:
             (self.sid, conversation_id),
         )
         return [int(r[0]) for r in rows]
+
+
+def _body(value: Any) -> bytes:
+    """A stored body as bytes. A body rewritten behind pico's back as SQLite TEXT (e.g. by
+    ``replace()``) reads as its UTF-8 bytes, so decoding and the hash chain report it
+    instead of the driver's type error escaping."""
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)

@@ -1,0 +1,1 @@
+"""One module per schema revision; a released revision is never edited (add the next)."""
