@@ -1,0 +1,117 @@
+"""Tamper evidence costs (issue 13, "Performance").
+
+    python -m benchmarks.chain_bench cost [--turns 2000]    # the chain's share of a turn
+    python -m benchmarks.chain_bench verify [--events 1000000] [--backend sqlite]
+
+``cost`` runs the seed's 2,000-turn workload (benchmarks/turns_bench.py) on SQLite under a
+profiler and reports the time spent sealing boundaries (``seal_boundary``: the digest over
+the batch's stored bodies and the link written into the boundary) against the whole run,
+the same run's own floor. ``verify`` builds a session of about N stored events (commands
+of 100 appended entries: ~1 event per entry) and measures ``pico.verify`` (every event read,
+decoded, schema-checked and hashed) in events per second.
+
+Prints Markdown (also benchmarks/results/chain-*.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+import pico
+from benchmarks import turns_bench
+
+PER_COMMAND = 100
+
+
+def cost(turns: int) -> str:
+    tmp = Path(tempfile.mkdtemp(prefix="pico-chain-"))
+    url = f"sqlite:///{tmp / 'turns.db'}"
+    profiler = cProfile.Profile()
+    wall0 = time.perf_counter()
+    profiler.enable()
+    asyncio.run(turns_bench.run(url, turns, 16))
+    profiler.disable()
+    wall = time.perf_counter() - wall0
+    stats = pstats.Stats(profiler)
+    sealed = 0.0
+    calls = 0
+    for (filename, _, name), row in stats.stats.items():  # type: ignore[attr-defined]
+        if name == "seal_boundary" and filename.endswith("chain.py"):
+            calls, sealed = row[1], row[3]  # primitive calls, cumulative time
+    total = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    return "\n".join(
+        [
+            f"{turns:,} faux turns, two tools per turn, SQLite (process durability), under "
+            "cProfile",
+            "",
+            "| boundaries sealed | sealing s | profiled run s | share | wall s (profiled) |",
+            "|---|---|---|---|---|",
+            f"| {calls:,} | {sealed:.3f} | {total:.1f} | {100 * sealed / total:.2f}% | "
+            f"{wall:.1f} |",
+        ]
+    )
+
+
+async def _build(url: str, events: int) -> int:
+    async with await pico.Harness.open(url, session="audit") as h:
+        c = await h.root()
+        cid = c.id
+        while h.head() < events:
+
+            def build(tx: pico.Command) -> None:
+                ids = [
+                    tx.append_entry(cid, "user", f"message {i} of a long session")
+                    for i in range(PER_COMMAND)
+                ]
+                tx.append_context(cid, ids)
+
+            await h.command(build)
+        return await asyncio.to_thread(lambda: h.audit_count(after=0))
+
+
+def verify(events: int, backend: str) -> str:
+    tmp = Path(tempfile.mkdtemp(prefix="pico-verify-"))
+    url = {"sqlite": f"sqlite:///{tmp / 'audit.db'}", "jsonl": f"jsonl:///{tmp}"}[backend]
+    t0 = time.perf_counter()
+    stored = asyncio.run(_build(url, events))
+    built = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = asyncio.run(pico.verify(url, session="audit"))
+    took = time.perf_counter() - t0
+    assert report.ok and report.events == stored, report.summary()
+    return "\n".join(
+        [
+            f"`pico.verify` of one session, {backend}: {stored:,} stored events "
+            f"({PER_COMMAND} entries per command; built in {built:.0f} s)",
+            "",
+            "| events | verify s | events/s |",
+            "|---|---|---|",
+            f"| {stored:,} | {took:.1f} | {stored / took:,.0f} |",
+        ]
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("cost")
+    c.add_argument("--turns", type=int, default=2000)
+    v = sub.add_parser("verify")
+    v.add_argument("--events", type=int, default=1_000_000)
+    v.add_argument("--backend", choices=("sqlite", "jsonl"), default="sqlite")
+    args = ap.parse_args()
+    report = cost(args.turns) if args.what == "cost" else verify(args.events, args.backend)
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"chain-{args.what}.md").write_text(report + "\n")
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
