@@ -19,6 +19,7 @@ from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as f
 from features.steps.library import World
 from features.steps.opening import *  # noqa: F403
 from features.steps.rewind import *  # noqa: F403
+from features.steps.schema_upgrades import *  # noqa: F403
 from features.steps.shutdown import *  # noqa: F403
 from features.steps.subagents import *  # noqa: F403
 from features.steps.tamper import *  # noqa: F403
@@ -42,6 +43,12 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
 #: instead of taking the session over (``@takeover`` scenarios describe the takeover; the
 #: ``@exclusive`` ones describe the refusal).
 EXCLUSIVE = {"jsonl"}
+#: Backends with a SQL schema (``@sql`` scenarios: schema revisions and upgrades).
+SQL = {"sqlite", "postgresql"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sql: a scenario about the SQL schema (SQLite, PostgreSQL)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,6 +63,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if name is not None and (
             ("takeover" in marks and name in EXCLUSIVE)
             or ("exclusive" in marks and name not in EXCLUSIVE)
+            or ("sql" in marks and name not in SQL)
         ):
             dropped.append(item)
         else:

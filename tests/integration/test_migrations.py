@@ -72,23 +72,29 @@ def run_script(url: str, script: str) -> None:
         pg.execute(script.encode())
 
 
-async def _written_session(tmp_path: Path) -> Path:
-    """A session with two entries, in a scratch database (the rows to carry over)."""
-    path = tmp_path / "scratch.db"
+OLD_MESSAGES = ("written by the old release", "an answer")
+
+
+async def _written_session(tmp_path: Path, messages: tuple[str, ...]) -> Path:
+    """Session ``old`` with ``messages`` in its root, in a scratch database (the rows to
+    carry over)."""
+    path = tmp_path / f"scratch-{uuid.uuid4().hex[:8]}.db"
     h = await pico.Harness.open(f"sqlite:///{path}", session="old")
     c = await h.root()
-    await c.append("user", "written by the old release")
-    await c.append("assistant", "an answer")
+    for i, text in enumerate(messages):
+        await c.append("user" if i % 2 == 0 else "assistant", text)
     await h.close()
     return path
 
 
-async def _release1_database(url: str, tmp_path: Path) -> None:
-    """The database release 1 created (its DDL, its ``pico_schema`` row) holding a
-    session: every row of the tables release 1 had."""
+async def _release1_database(
+    url: str, tmp_path: Path, messages: tuple[str, ...] = OLD_MESSAGES
+) -> None:
+    """The database release 1 created (its DDL, its ``pico_schema`` row) holding session
+    ``old``: every row of the tables release 1 had."""
     dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
     run_script(url, (HERE / f"release1_{dialect}.sql").read_text())
-    source = _engine(f"sqlite:///{await _written_session(tmp_path)}")
+    source = _engine(f"sqlite:///{await _written_session(tmp_path, messages)}")
     target = _engine(url)
     with source.connect() as src, target.begin() as dst:
         for name in V1_TABLES:
