@@ -17,6 +17,7 @@ from features.steps.interrupted import *  # noqa: F403
 from features.steps.journal import *  # noqa: F403
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
 from features.steps.library import World
+from features.steps.migration import *  # noqa: F403
 from features.steps.opening import *  # noqa: F403
 from features.steps.rewind import *  # noqa: F403
 from features.steps.schema_upgrades import *  # noqa: F403
