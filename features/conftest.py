@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from features.steps.approvals import *  # noqa: F403
+from features.steps.audit_export import *  # noqa: F403
 from features.steps.bad_input import *  # noqa: F403
 from features.steps.check import *  # noqa: F403
 from features.steps.collapse_recovery import *  # noqa: F403
