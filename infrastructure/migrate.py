@@ -341,6 +341,8 @@ class _StorageTarget:
         stack.callback(storage.close)
         self.location = storage.location
         self._stack = stack
+        self._replica: Replica | None = None
+        self._conn: Connection | None = None
 
     def events(self) -> Iterator[tuple[int, StoredEvent]]:
         recorder: Any = self.storage.recorder
@@ -358,11 +360,14 @@ class _StorageTarget:
     def rows(self, table: sa.Table) -> Iterator[tuple[Any, ...]]:
         self.storage.flush()
         if self.url.startswith("jsonl:///"):
-            return _replica_of(self.session, self.events(), self._stack).rows(table, commits=False)
-        engine, where = sql_engine(self.url, what="migrate")
-        self._stack.callback(engine.dispose)
-        conn = self._stack.enter_context(_reading(engine, where))
-        return table_rows(conn, table, self.session, commits=False)
+            if self._replica is None:
+                self._replica = _replica_of(self.session, self.events(), self._stack)
+            return self._replica.rows(table, commits=False)
+        if self._conn is None:
+            engine, where = sql_engine(self.url, what="migrate")
+            self._stack.callback(engine.dispose)
+            self._conn = self._stack.enter_context(_reading(engine, where))
+        return table_rows(self._conn, table, self.session, commits=False)
 
     # -- the migration note, outside the session's history
     def _note_path(self) -> Path | None:
