@@ -627,6 +627,19 @@ class Command:
         self.session_ops.append(lambda s: s.start_chain(seq=seq, anchor=anchor, events=events))
         self._alloc()
 
+    def change_configuration(
+        self, fingerprint: dict[str, Any], changes: list[dict[str, Any]], *, acknowledged: bool
+    ) -> None:
+        """The resume gate (``gate.py``, a main mutation): ``Session.ConfigurationChanged``."""
+        self._main_only("change_configuration")
+        seq = self._peek()
+        self.session_ops.append(
+            lambda s: s.change_configuration(
+                seq=seq, fingerprint=fingerprint, changes=changes, acknowledged=acknowledged
+            )
+        )
+        self._alloc()
+
     # ------------------------------------------------------------------ tasks (§5, §6.1)
     def _task(self, task_id: int) -> Task:
         check_id(task_id, "task_id")

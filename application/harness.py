@@ -22,6 +22,7 @@ from pico.application.flows.approval import decide
 from pico.application.flows.common import TOOL_EXECUTION
 from pico.application.flows.inputs import cancel_every_queued_input
 from pico.application.flows.tool import answer_held_call
+from pico.application.gate import ConfigurationGate, Fingerprint, fingerprint
 from pico.application.hooks import Hooks
 from pico.application.line import CommandLine
 from pico.application.model import ModelProvider
@@ -75,6 +76,8 @@ class Harness:
         line.on_commit = self.scheduler.committed
         # Set when shutdown() starts (public admission sealed); set() once it has closed.
         self._shutdown: asyncio.Event | None = None
+        # The resume gate of a write open for agent work (gate.py); None: not gated.
+        self._gate: ConfigurationGate | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -96,6 +99,8 @@ class Harness:
         tool_execution: str = "parallel",
         max_attempts: int = 3,
         retry_delay: float = 2.0,
+        context_budget: int | None = None,
+        resume_reminder: str = "",
     ) -> Harness:
         """Open (or create) a session.
 
@@ -115,6 +120,21 @@ class Harness:
                 a retryable failure or an interruption fails it; captured at creation.
             retry_delay: seconds before retry ``n`` is ``retry_delay * n`` unless the
                 provider says when (``retry_after``).
+            context_budget: estimated tokens of a request's context above which a
+                generation collapses it first (``None``, the default: no automatic
+                collapse); read at each request.
+            resume_reminder: text appended to the system prompt (after a blank line) when
+                this open resumes a session that has recorded a configuration already. It
+                is added after the fingerprint is computed, so it never changes the
+                comparison (docs/resume.md).
+
+        The resume gate (docs/resume.md): a write open with a ``provider`` records the
+        configuration fingerprint on the first open (``Session.ConfigurationRecorded``)
+        and compares with it on every reopen. A hard change (model, provider) raises
+        ``ConfigurationMismatchError`` before the claim, writing nothing; a blocking change
+        (system prompt, tool_execution, provider options) opens, but every drive raises
+        ``ConfigurationMismatchError`` until ``acknowledge_configuration()``; tools and
+        budget changes are accepted and recorded (``Session.ConfigurationChanged``).
             definitions: the task definitions (a ``TaskRegistry`` or an iterable of
                 definitions). Opening for writing rejects live tasks whose kind or status no
                 definition knows, before anything runs.
@@ -126,7 +146,10 @@ class Harness:
         ``StorageUnavailableError`` (a database that cannot be reached or opened),
         ``StorageCorruptError`` (damage found while reading the session; nothing written),
         ``UnknownSessionError`` (read-only, no such session) and ``ClaimContendedError``
-        (storage without a write lock lost every claim attempt).
+        (storage without a write lock lost every claim attempt),
+        ``InvalidArgumentError`` (``context_budget`` not None or an int of at least 1,
+        ``resume_reminder`` not text; nothing opened) and ``ConfigurationMismatchError``
+        (a hard configuration change; nothing written).
         """
         check_choice(tool_execution, "tool_execution", TOOL_EXECUTION)
         if type(max_attempts) is not int or max_attempts < 1:
@@ -140,6 +163,15 @@ class Harness:
         ):
             raise InvalidArgumentError(
                 f"retry_delay must be a finite number of seconds (at least 0), got {retry_delay!r}"
+            )
+        if context_budget is not None and (type(context_budget) is not int or context_budget < 1):
+            raise InvalidArgumentError(
+                f"context_budget must be None or an int of at least 1 (estimated tokens), got "
+                f"{context_budget!r}"
+            )
+        if not isinstance(resume_reminder, str):
+            raise InvalidArgumentError(
+                f"resume_reminder must be text (a str), got {type(resume_reminder).__name__}"
             )
         registry = (
             definitions
@@ -159,6 +191,7 @@ class Harness:
                 tool_execution=tool_execution,
                 max_attempts=max_attempts,
                 retry_delay=float(retry_delay),
+                context_budget=context_budget,
             )
             for definition in agent_definitions(services):
                 registry.register(definition)
@@ -169,17 +202,34 @@ class Harness:
                 f"storage must be a URL such as sqlite:///pico.db or a Storage object, not "
                 f"{type(storage).__name__} ({storage!r})"
             )
+        # Computed from the configured prompt, before any resume reminder is appended.
+        current = None if services is None or read_only else fingerprint(services)
         if isinstance(storage, str):
             opener = get_storage_opener()
             store = opener(storage, session=session, durability=durability, read_only=read_only)
         else:
             store = storage
+        gate = None if current is None else ConfigurationGate(store.session_id, current)
         try:
-            line = CommandLine.open(store, read_only=read_only, definitions=registry)
+            line = CommandLine.open(
+                store,
+                read_only=read_only,
+                definitions=registry,
+                gate=None if gate is None else gate.check,
+            )
             harness = cls(line, clock)
             harness.services = services
+            harness._gate = gate
+            if gate is not None:
+                harness.scheduler.gate = gate.pending
+                if services is not None and gate.resumed and resume_reminder:
+                    services.system = f"{system}\n\n{resume_reminder}"
             if not read_only and line.session.root_id is None:
                 await line.run(lambda tx: _create_root(tx, initial_values))
+            if gate is not None and gate.changes and not gate.blocking:
+                live = line.storage.tasks.live_tasks  # in the command's snapshot
+                await line.run(lambda tx: gate.record(tx, acknowledged=False, live=live()))
+                gate.accepted()
         except BaseException:
             store.close()
             raise
@@ -232,6 +282,9 @@ class Harness:
         self._shutdown = asyncio.Event()
         try:
             await self._line.run(self._cancel_everything)
+            # Every live task is marked: the drive runs only their cancellation, so an
+            # unacknowledged configuration change (the resume gate) does not hold it.
+            self.scheduler.gate = None
             await self.scheduler.drive(None)
         finally:
             await self.close()
@@ -590,6 +643,38 @@ class Harness:
             return events
 
         return await self._admitted(build)
+
+    # ------------------------------------------------------------------ the resume gate
+    def configuration(self) -> Fingerprint | None:
+        """The configuration fingerprint this session's agent work is recorded under (the
+        Session aggregate holds it: no history is read), or None when it was never opened
+        for agent work. The system prompt and each tool appear as sha256 hashes."""
+        self._line.check_usable()
+        recorded = self._line.session.configuration
+        return None if recorded is None else dict(recorded)
+
+    def pending_configuration(self) -> list[dict[str, Any]]:
+        """The configuration changes waiting for ``acknowledge_configuration()`` (each
+        ``{field, class, before, after}``); empty when drives may run."""
+        gate = self._gate
+        return [] if gate is None or not gate.blocking else [dict(c) for c in gate.changes]
+
+    async def acknowledge_configuration(self) -> list[dict[str, Any]]:
+        """Accept the configuration change this open found (a blocking one waits for
+        this): ONE command records ``Session.ConfigurationChanged`` with every change
+        (``acknowledged=True``), then drives run under the new configuration. Returns the
+        changes recorded; empty (and writes nothing) when none is waiting.
+
+        Raises ``ReadOnlyError`` (a read-only harness), ``ShuttingDownError``."""
+        self._line.check_usable(write=True)
+        gate = self._gate
+        if gate is None or not gate.blocking:
+            return []
+        changes = [dict(c) for c in gate.changes]
+        live = self._line.storage.tasks.live_tasks  # in the command's snapshot
+        await self._admitted(lambda tx: gate.record(tx, acknowledged=True, live=live()))
+        gate.accepted()
+        return changes
 
 
 def _create_root(tx: Command, values: Iterable[tuple[Address[Any], Any]] = ()) -> int:

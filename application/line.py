@@ -83,7 +83,12 @@ class CommandLine:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(
-        cls, storage: Storage, *, read_only: bool, definitions: TaskRegistry | None = None
+        cls,
+        storage: Storage,
+        *,
+        read_only: bool,
+        definitions: TaskRegistry | None = None,
+        gate: Callable[[Session], None] | None = None,
     ) -> CommandLine:
         """Read the session's stored state and, for writing, then append a claim.
 
@@ -97,6 +102,11 @@ class CommandLine:
         its own next commit. It is taken under the storage's write lock against the head
         it reloads there, so an owner committing meanwhile cannot refuse it; a claim that
         still fails is fatal: no handle is returned.
+
+        ``gate`` (the resume gate, ``gate.py``) is called with the Session aggregate the
+        claim is about to land on (a new one for a new session), under the same lock and
+        before the claim: when it raises (a hard configuration change), nothing is
+        written; the first fingerprint it records lands in the claim's batch.
         """
         sid = storage.session_id
         loaded = _load_session(storage)
@@ -114,7 +124,7 @@ class CommandLine:
             # only live rows are read (the partial index), never terminal history.
             registry.validate_live(live)
         if not read_only:
-            session = _claim(storage, session)
+            session = _claim(storage, session, gate)
         return cls(storage, session, read_only=read_only, definitions=registry)
 
     # ------------------------------------------------------------------ state
@@ -390,9 +400,12 @@ def _read_stored_state(storage: Storage, session: Session) -> list[TaskSnapshot]
     return live
 
 
-def _claim(storage: Storage, session: Session) -> Session:
+def _claim(
+    storage: Storage, session: Session, gate: Callable[[Session], None] | None = None
+) -> Session:
     """Append the claim against the head it lands on: reload the Session aggregate under
-    the storage's write lock, claim, save. Without a lock a lost race is retried."""
+    the storage's write lock, let the resume gate refuse it (``gate``), claim, save.
+    Without a lock a lost race is retried."""
     owner, host, pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()
     exclusive = getattr(storage, "exclusive", None)
     for attempt in range(CLAIM_ATTEMPTS):
@@ -402,6 +415,8 @@ def _claim(storage: Storage, session: Session) -> Session:
                 session = current
             elif attempt:  # the failed save consumed the new session's pending events
                 session = Session(session_id=storage.session_id)
+            if gate is not None:
+                gate(session)  # raises before anything is written
             session.claim(owner=owner, host=host, pid=pid)
             try:
                 storage.save([session])

@@ -145,6 +145,9 @@ class Scheduler:
         self._waiters: set[asyncio.Future[None]] = set()
         self.closed = False
         self.error: BaseException | None = None
+        # The resume gate (gate.py): while it returns an error (a blocking configuration
+        # change not yet acknowledged), a drive raises it and runs nothing.
+        self.gate: Callable[[], PicoError | None] | None = None
 
     # ------------------------------------------------------------------ notifications
     def committed(self, tx: Command | None) -> None:
@@ -293,7 +296,14 @@ class Scheduler:
     ) -> DriveOutcome:
         """``cancellation_only`` drains the selected cancellation in scope and starts no
         other effect: only marked tasks are run (their cleanup), and the drive is idle once
-        none remains (a rewind drains its source this way, §9.1)."""
+        none remains (a rewind drains its source this way, §9.1).
+
+        Raises ``ConfigurationMismatchError`` (nothing is run) while the session waits for
+        a blocking configuration change to be acknowledged (the resume gate); a
+        cancellation-only drive still runs, as it starts no request."""
+        blocked = None if self.gate is None or cancellation_only else self.gate()
+        if blocked is not None:
+            raise blocked
         try:
             return await self._drive(conversation_id, permits, cancellation_only)
         finally:

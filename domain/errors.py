@@ -12,6 +12,7 @@ __all__ = [
     "ClosedError",
     "CommandRejectedError",
     "ConfigurationError",
+    "ConfigurationMismatchError",
     "ContextEditError",
     "ConversationDeletedError",
     "ExchangeSplitError",
@@ -318,3 +319,36 @@ class SchemaOutdatedError(ConfigurationError):
             f"the pico schema of {location} is at revision {current} but this pico needs "
             f"revision {required}; nothing was changed. {how}"
         )
+
+
+class ConfigurationMismatchError(PicoError):
+    """The configuration a session's agent work is written under (its fingerprint, seed
+    000 "The resume gate") differs from the one it was opened with. ``changes`` lists each
+    ``{field, class, before, after}`` (the system prompt as its sha256 hash, never
+    verbatim). ``hard`` True: a hard field (the model, the provider) changed and the open
+    was refused before its claim; nothing was written. ``hard`` False: a blocking field
+    changed; the session opened but drives nothing until
+    ``Harness.acknowledge_configuration()`` records the change."""
+
+    def __init__(self, session_id: str, changes: list[dict[str, object]], *, hard: bool) -> None:
+        self.session_id = session_id
+        self.changes = changes
+        self.hard = hard
+        listed = "; ".join(
+            f"{c['field']} ({c['class']}) recorded {c['before']!r}, now {c['after']!r}"
+            for c in changes
+        )
+        if hard:
+            what = (
+                f"session {session_id!r} was written under another configuration and cannot "
+                f"resume under this one: {listed}; nothing was written. Open it with the "
+                "recorded configuration, or start (or fork into) a new session for the new one"
+            )
+        else:
+            what = (
+                f"session {session_id!r} was written under another configuration: {listed}; "
+                "nothing was driven. Call `await harness.acknowledge_configuration()` to "
+                "accept the change (it is recorded for auditors), or reopen with the "
+                "recorded configuration"
+            )
+        super().__init__(what)

@@ -116,6 +116,36 @@ class Session(Aggregate):
         seq: int
         scope: str
 
+    # ------------------------------------------------------------------ the resume gate
+    # (application/gate.py; seed 000 "The resume gate"). The configuration fingerprint a
+    # session's agent work is written under: a flat object of plain JSON values (the
+    # system prompt and each tool as sha256 hashes, never verbatim). The aggregate holds
+    # the current one (``configuration``; snapshots carry it), so opening reads it without
+    # replaying history.
+    class ConfigurationRecorded(Aggregate.Event):
+        """The first open for agent work records the fingerprint it is written under, in
+        the batch of its claim (before ``Claimed``, so it allocates no number)."""
+
+        fingerprint: dict[str, str | int | float | None]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.configuration = dict(self.fingerprint)
+
+    class ConfigurationChanged(Aggregate.Event):
+        """A reopen under a different fingerprint was accepted: ``changes`` lists each
+        ``{field, class, before, after}``; ``acknowledged`` is True when the caller
+        accepted a blocking change (``Harness.acknowledge_configuration``), False when a
+        tools or budget change was accepted automatically. ``fingerprint`` is the new
+        whole fingerprint (the fold sets it)."""
+
+        seq: int
+        fingerprint: dict[str, str | int | float | None]
+        changes: list[dict[str, str | int | float | None]]
+        acknowledged: bool
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.configuration = dict(self.fingerprint)
+
     @staticmethod
     def create_id(session_id: str, **_: Any) -> UUID:
         return session_uuid(session_id)
@@ -177,3 +207,27 @@ class Session(Aggregate):
     @event(RootDesignated)
     def _root_designated(self, conversation_id: int) -> None:
         self.root_id = conversation_id
+
+    # ------------------------------------------------------------------ the resume gate
+    #: The recorded configuration fingerprint (None: never opened for agent work). A
+    #: class attribute, so a snapshot taken before the gate existed reads as None.
+    configuration: dict[str, str | int | float | None] | None = None
+
+    def record_configuration(self, *, fingerprint: dict[str, str | int | float | None]) -> None:
+        self.trigger_event(self.ConfigurationRecorded, fingerprint=fingerprint)
+
+    def change_configuration(
+        self,
+        *,
+        seq: int,
+        fingerprint: dict[str, str | int | float | None],
+        changes: list[dict[str, str | int | float | None]],
+        acknowledged: bool,
+    ) -> None:
+        self.trigger_event(
+            self.ConfigurationChanged,
+            seq=seq,
+            fingerprint=fingerprint,
+            changes=changes,
+            acknowledged=acknowledged,
+        )

@@ -7,6 +7,7 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 from __future__ import annotations
 
 from pico._version import package_version
+from pico.application.audit import AuditEntry, audit_records
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.conversation import ConversationHandle
@@ -35,6 +36,7 @@ from pico.application.model import (
     ToolSpec,
     Usage,
 )
+from pico.application.chain import ChainBreak, ChainReport
 from pico.application.ports import AuditRecord, Storage
 from pico.application.projection import Projection, project_context
 from pico.application.registry import set_storage_opener
@@ -71,6 +73,7 @@ from pico.domain.errors import (
     ClosedError,
     CommandRejectedError,
     ConfigurationError,
+    ConfigurationMismatchError,
     ContextEditError,
     ConversationDeletedError,
     ExchangeSplitError,
@@ -86,6 +89,7 @@ from pico.domain.errors import (
     ReadOnlyError,
     RequestKeyConflictError,
     ReservedNamespaceError,
+    SchemaOutdatedError,
     SequenceExhaustedError,
     SessionLockedError,
     ShuttingDownError,
@@ -118,8 +122,11 @@ from pico.domain.values import (
     ValuePage,
 )
 from pico.infrastructure.container import open_storage
+from pico.infrastructure.migrate import MigrationReport, migrate
+from pico.infrastructure.replay import RebuildReport, ReplayReport, TableDiff, rebuild, replay
 from pico.infrastructure.settings import PicoSettings
-from pico.infrastructure.verify import CheckReport, Finding, check
+from pico.infrastructure.tamper import verify
+from pico.infrastructure.verify import CheckReport, Finding, RowDiff, check
 
 set_storage_opener(open_storage)
 
@@ -129,7 +136,10 @@ __version__ = package_version()
 __all__ = [
     "AddressPolicyError",
     "AgentServices",
+    "AuditEntry",
     "AuditRecord",
+    "ChainBreak",
+    "ChainReport",
     "CheckReport",
     "ClaimContendedError",
     "Clock",
@@ -139,6 +149,7 @@ __all__ = [
     "CommandRejectedError",
     "CommitBoundary",
     "ConfigurationError",
+    "ConfigurationMismatchError",
     "ContextEditError",
     "ConversationCommand",
     "ConversationDeletedError",
@@ -171,6 +182,7 @@ __all__ = [
     "ListElement",
     "LiveWorkError",
     "Message",
+    "MigrationReport",
     "ModelProvider",
     "NotInContextError",
     "Page",
@@ -180,10 +192,14 @@ __all__ = [
     "Projection",
     "ProviderError",
     "ReadOnlyError",
+    "RebuildReport",
+    "ReplayReport",
     "Request",
     "RequestKeyConflictError",
     "ReservedNamespaceError",
     "Response",
+    "RowDiff",
+    "SchemaOutdatedError",
     "SequenceExhaustedError",
     "SessionList",
     "SessionLockedError",
@@ -200,6 +216,7 @@ __all__ = [
     "StoredTypeError",
     "StoredValue",
     "SystemClock",
+    "TableDiff",
     "TaskDefinition",
     "TaskDefinitionError",
     "TaskExecution",
@@ -235,13 +252,18 @@ __all__ = [
     "WorkingValue",
     "YieldDecision",
     "__version__",
+    "audit_records",
     "check",
     "conversation_list",
     "conversation_value",
+    "migrate",
     "project_context",
+    "rebuild",
+    "replay",
     "session_list",
     "session_value",
     "subagent_tool",
+    "verify",
     "working_list",
     "working_scope",
     "working_value",

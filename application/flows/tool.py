@@ -50,6 +50,7 @@ __all__ = [
     "ToolCallAnsweredError",
     "ToolTaskDefinition",
     "answer_held_call",
+    "no_longer_offered",
 ]
 
 
@@ -92,6 +93,10 @@ class ToolTaskDefinition(TaskDefinition):
                 "the model's output was truncated before this call was complete; it was not run",
                 is_error=True,
             )
+            return
+        if self.services.tools.get(name) is None and name in names(state.get("offered")):
+            # The resume gate's tools class: the tool set changed since the call was made.
+            await self._result(task, ctx, state, no_longer_offered(name), is_error=True)
             return
         try:
             tool = self.services.tools.authorize(name, names(state.get("offered")))
@@ -328,7 +333,8 @@ class ToolTaskDefinition(TaskDefinition):
     ) -> None:
         tool = self.services.tools.get(str(state.get("name")))
         if tool is None:
-            await self._result(task, ctx, state, "the tool is no longer registered", is_error=True)
+            message = no_longer_offered(str(state.get("name")))
+            await self._result(task, ctx, state, message, is_error=True)
             return
         outcome = await tool.run(
             state.get("arguments"),
@@ -339,6 +345,15 @@ class ToolTaskDefinition(TaskDefinition):
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         await self._result(task, ctx, task_state(task), "aborted", is_error=True, status="aborted")
+
+
+def no_longer_offered(name: str) -> str:
+    """The error result of a live call whose tool was removed (the resume gate, tools
+    class): never an invocation of another tool."""
+    return (
+        f"tool {name!r} is no longer offered: it was removed from the harness's tools after "
+        "this call was made, so it was not run"
+    )
 
 
 def _stored_call(task: TaskSnapshot, state: dict[str, JsonValue]) -> ToolCall:

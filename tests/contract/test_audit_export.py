@@ -111,11 +111,18 @@ async def test_each_record_says_who_claimed_the_session_and_when(backend: Backen
             c.position: (c.payload["owner"], c.payload["host"], c.payload["pid"]) for c in claims
         }
         assert who[first.position][0] != who[second.position][0]
+        # The second claim's batch starts after the boundary before it (a first
+        # configuration fingerprint is saved in its claim's batch, before the claim).
+        start = max(
+            e.position
+            for e in entries
+            if e.event in ("Session.Committed", "Session.Claimed") and e.position < second.position
+        )
         for e in entries:
             assert e.at is not None and e.at.utcoffset() == timedelta(0)
-            # Check: the first owner wrote everything before the second one's claim
-            # (the session's creation too: it is in the first claim's own batch).
-            claim = second if e.position >= second.position else first
+            # Check: the first owner wrote everything before the second one's claim's
+            # batch (the session's creation too: it is in the first claim's own batch).
+            claim = second if e.position > start else first
             assert (e.owner, e.host, e.pid) == who[claim.position], e
         assert first.owner != second.owner
     finally:

@@ -147,6 +147,19 @@ CATALOGUE: dict[str, tuple[int, dict[str, str]]] = {
         2,
         {"first": "int", "last": "int", "scope": "str", "link": "str", "task": "int | None"},
     ),
+    "pico.domain.session:Session.ConfigurationChanged": (
+        1,
+        {
+            "seq": "int",
+            "fingerprint": "dict[str, str | int | float | None]",
+            "changes": "list[dict[str, str | int | float | None]]",
+            "acknowledged": "bool",
+        },
+    ),
+    "pico.domain.session:Session.ConfigurationRecorded": (
+        1,
+        {"fingerprint": "dict[str, str | int | float | None]"},
+    ),
     "pico.domain.session:Session.Created": (1, {"originator_topic": "str", "session_id": "str"}),
     "pico.domain.session:Session.ListAppended": (
         1,

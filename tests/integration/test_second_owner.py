@@ -194,10 +194,10 @@ async def test_an_owner_committing_between_the_openers_read_and_its_claim_cannot
     real_claim = line_module._claim
     seen: list[int] = []
 
-    def claim_after_the_owner_moved(storage: Any, session: Any) -> Any:
+    def claim_after_the_owner_moved(storage: Any, session: Any, *gate: Any) -> Any:
         seen.append(session.head)  # what the opener read
         assert owner.commit(5) == "done"  # the owner commits after that read
-        return real_claim(storage, session)
+        return real_claim(storage, session, *gate)
 
     monkeypatch.setattr(line_module, "_claim", claim_after_the_owner_moved)
     h, took = await _open_timed(sql_backend)
