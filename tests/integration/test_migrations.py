@@ -409,3 +409,33 @@ def test_a_fresh_database_created_from_the_model_is_the_one_the_revisions_build(
 
     assert ddl(replayed) == ddl(created)
     assert _stamp(replayed) == _stamp(created) == HEAD
+
+
+def test_the_revision_list_an_open_compares_against_is_the_scripts_history() -> None:
+    """Opening compares with ``schema.REVISIONS`` without importing Alembic; a revision
+    script added without extending the list (or a list entry without a script) fails."""
+    assert schema.script_revisions() == schema.REVISIONS
+    assert schema.head_revision() == schema.REVISIONS[-1]
+    assert [rev for rev, _, _ in schema.history()] == list(schema.REVISIONS)
+
+
+def test_opening_a_database_at_head_does_not_import_alembic(tmp_path: Path) -> None:
+    """Alembic costs hundreds of milliseconds to import: only a schema change pays it."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'head.db'}"
+    code = (
+        "import asyncio, sys, pico\n"
+        "async def main():\n"
+        f"    h = await pico.Harness.open({url!r}, session='s')\n"
+        "    await (await h.root()).append('user', 'x')\n"
+        "    await h.close()\n"
+        "asyncio.run(main())\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", done.stdout
