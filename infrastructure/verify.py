@@ -725,24 +725,19 @@ def _check_damaged_journal(
 
 
 def _compare_memory(live: MemoryReadStore, replica: MemoryReadStore, findings: Findings) -> None:
-    """Index by index; working-scope rows (not events) are left out of both sides."""
-    skip = {"lock", "session_id"}
-    mine, theirs = vars(live), vars(replica)
-    for attr in sorted(set(mine) | set(theirs)):
-        if attr in skip:
+    """Index by index (the first differing key of each); working-scope rows (not events)
+    are left out of both sides."""
+    reported: set[str] = set()
+    for diff in memory_diffs(live, replica, attributes=True):
+        if diff.table in reported:
             continue
-        x, y = _no_working(mine.get(attr)), _no_working(theirs.get(attr))
-        if x == y:
-            continue
-        if isinstance(x, dict) and isinstance(y, dict):
-            keys = sorted({*x, *y}, key=repr)
-            k = next(k for k in keys if x.get(k) != y.get(k))
-            findings.add(
-                "read model",
-                _clip(f"index {attr} key {k!r}: stored {x.get(k)!r}, replay {y.get(k)!r}"),
-            )
-        else:
-            findings.add("read model", _clip(f"index {attr}: stored {x!r}, replay {y!r}"))
+        reported.add(diff.table)
+        stored = None if diff.live is None else diff.live["value"]
+        replay = None if diff.rebuilt is None else diff.rebuilt["value"]
+        where = f" key {diff.key['key']!r}" if diff.key else ""
+        findings.add(
+            "read model", _clip(f"index {diff.table}{where}: stored {stored!r}, replay {replay!r}")
+        )
 
 
 def _no_working(value: Any) -> Any:
@@ -774,9 +769,12 @@ def _clip(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def memory_diffs(live: MemoryReadStore, replica: MemoryReadStore) -> Iterator[RowDiff]:
+def memory_diffs(
+    live: MemoryReadStore, replica: MemoryReadStore, *, attributes: bool = False
+) -> Iterator[RowDiff]:
     """Row-by-row differences of two in-memory read models, index by index and key by key
-    (an index is the memory backend's table); working-scope keys left out of both."""
+    (an index is the memory backend's table, named without its leading underscore, or
+    by its attribute with ``attributes``); working-scope keys left out of both."""
     skip = {"lock", "session_id"}
     mine, theirs = vars(live), vars(replica)
     for attr in sorted(set(mine) | set(theirs)):
@@ -785,7 +783,7 @@ def memory_diffs(live: MemoryReadStore, replica: MemoryReadStore) -> Iterator[Ro
         x, y = _no_working(mine.get(attr)), _no_working(theirs.get(attr))
         if x == y:
             continue
-        name = attr.lstrip("_")
+        name = attr if attributes else attr.lstrip("_")
         if isinstance(x, dict) and isinstance(y, dict):
             for k in sorted({*x, *y}, key=repr):
                 if k not in x:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from pytest_bdd import parsers, then, when
 
 import pico
+from features.steps.check import _sql
 from features.steps.library import World
 from pico.infrastructure.migrate import migrate
 from pico.infrastructure.replay import rebuild, replay
@@ -117,19 +117,8 @@ def open_copy(world: World, migration: dict[str, Any]) -> None:
 
 @when(parsers.parse('entries "{names}" are lost from the read model outside pico'))
 def entries_lost(world: World, names: str) -> None:
-    url = world.backend.url
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            for entry in world.ids(names):
-                conn.execute(
-                    sa.text("DELETE FROM pico_entries WHERE session_id = :sid AND id = :id"),
-                    {"sid": world.backend.session, "id": entry},
-                )
-    finally:
-        engine.dispose()
+    for entry in world.ids(names):
+        _sql(world, "DELETE FROM pico_entries WHERE session_id = :sid AND id = :id", id=entry)
 
 
 @when("the read model is replayed from the history")
