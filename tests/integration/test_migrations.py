@@ -439,3 +439,59 @@ def test_opening_a_database_at_head_does_not_import_alembic(tmp_path: Path) -> N
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+async def test_processes_opening_an_old_postgresql_database_at_once_upgrade_it_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both opens wait on the schema lock (held here until both are seen waiting); the
+    first upgrades, the second finds head under the lock and changes nothing."""
+    import threading
+    import time
+
+    from pico.infrastructure.sql.store import SqlDatabase
+
+    base = require_postgres("concurrent upgrades")
+    name = f"pico_upgrade_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = base.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        await _release1_database(url, tmp_path)
+        errors: list[BaseException] = []
+
+        def open_it() -> None:
+            try:
+                SqlDatabase(
+                    url.replace("postgresql://", "postgresql+psycopg://", 1), upgrade_schema=True
+                ).close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        with psycopg.connect(url, autocommit=True) as holder, caplog.at_level(logging.INFO):
+            holder.execute("SELECT pg_advisory_lock(7305729)")
+            threads = [threading.Thread(target=open_it) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for _ in range(600):
+                waiting = holder.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND objid = 7305729 AND database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                ).fetchone()
+                if waiting is not None and waiting[0] == 2:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the two opens never waited on the schema lock")
+            holder.execute("SELECT pg_advisory_unlock(7305729)")
+            for t in threads:
+                t.join(timeout=60)
+        assert errors == []
+        assert _stamp(url) == HEAD and _drift(url) == []
+        upgrades = [r for r in caplog.records if r.getMessage().startswith("upgrading")]
+        adoptions = [r for r in caplog.records if r.getMessage().startswith("adopting")]
+        assert (len(upgrades), len(adoptions)) == (1, 1)
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
