@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pico._version import package_version
 from pico.application.audit import AuditEntry, audit_records
+from pico.application.chain import ChainBreak, ChainReport
 from pico.application.clock import Clock, FakeClock, SystemClock
 from pico.application.command import Command, ConversationCommand, WorkingCommand
 from pico.application.conversation import ConversationHandle
@@ -36,7 +37,6 @@ from pico.application.model import (
     ToolSpec,
     Usage,
 )
-from pico.application.chain import ChainBreak, ChainReport
 from pico.application.ports import AuditRecord, Storage
 from pico.application.projection import Projection, project_context
 from pico.application.registry import set_storage_opener
