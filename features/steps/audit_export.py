@@ -47,17 +47,17 @@ def _message(world: World, export: dict[str, Any], name: str) -> AuditEntry | No
 
 
 @when("the auditor exports the session's history")
-def exports_everything(world: World, export: dict[str, Any]) -> None:
+def audit_exports_everything(world: World, export: dict[str, Any]) -> None:
     _read(world, export)
 
 
 @when(parsers.parse('the auditor exports only the events of conversation "{conv}"'))
-def exports_conversation(world: World, export: dict[str, Any], conv: str) -> None:
+def audit_exports_conversation(world: World, export: dict[str, Any], conv: str) -> None:
     _read(world, export, conversation=world.id(conv))
 
 
 @when(parsers.parse('the auditor notes the position of the last stored event as "{name}"'))
-def notes_position(world: World, name: str) -> None:
+def audit_notes_position(world: World, name: str) -> None:
     last = 0
     for e in audit_records(world.h):
         last = e.position
@@ -65,24 +65,24 @@ def notes_position(world: World, name: str) -> None:
 
 
 @when(parsers.parse('the auditor exports only the events after position "{position}"'))
-def exports_after(world: World, export: dict[str, Any], position: str) -> None:
+def audit_exports_after(world: World, export: dict[str, Any], position: str) -> None:
     _read(world, export, after=world.positions[position])
 
 
 @when(parsers.parse('the auditor exports only the events of type "{kind}"'))
-def exports_type(world: World, export: dict[str, Any], kind: str) -> None:
+def audit_exports_type(world: World, export: dict[str, Any], kind: str) -> None:
     _read(world, export, events=[kind])
 
 
 @then("the export has every stored event once, in storage order")
-def every_event(world: World, export: dict[str, Any]) -> None:
+def audit_every_event(world: World, export: dict[str, Any]) -> None:
     positions = [e.position for e in _entries(export)]
     assert positions == sorted(set(positions))
     assert len(positions) == world.h.audit_count()
 
 
 @then("every exported event says when it was stored, in UTC")
-def in_utc(export: dict[str, Any]) -> None:
+def audit_in_utc(export: dict[str, Any]) -> None:
     for e in _entries(export):
         assert e.at is not None and e.at.utcoffset() == timedelta(0), e
 
@@ -92,7 +92,7 @@ def in_utc(export: dict[str, Any]) -> None:
         '"{first}" were written by the session\'s first owner and "{second}" by its second'
     )
 )
-def written_by(world: World, export: dict[str, Any], first: str, second: str) -> None:
+def audit_written_by(world: World, export: dict[str, Any], first: str, second: str) -> None:
     claims = [e for e in _entries(export) if e.event == "Session.Claimed"]
     assert len(claims) == 2, [c.position for c in claims]
     for names, claim in ((first, claims[0]), (second, claims[1])):
@@ -111,25 +111,25 @@ def written_by(world: World, export: dict[str, Any], first: str, second: str) ->
         'the content of message "{name}" reads as the text "{text}", not as JSON inside JSON'
     )
 )
-def reads_as_text(world: World, export: dict[str, Any], name: str, text: str) -> None:
+def audit_reads_as_text(world: World, export: dict[str, Any], name: str, text: str) -> None:
     message = _message(world, export, name)
     assert message is not None and message.payload["content"] == text
 
 
 @then(parsers.parse('every exported event names conversation "{conv}"'))
-def names_conversation(world: World, export: dict[str, Any], conv: str) -> None:
+def audit_names_conversation(world: World, export: dict[str, Any], conv: str) -> None:
     entries = _entries(export)
     assert entries
     assert all(e.payload.get("conversation_id") == world.id(conv) for e in entries)
 
 
 @then(parsers.parse('the export shows message "{shown}" and not message "{hidden}"'))
-def shows(world: World, export: dict[str, Any], shown: str, hidden: str) -> None:
+def audit_shows(world: World, export: dict[str, Any], shown: str, hidden: str) -> None:
     assert _message(world, export, shown) is not None
     assert _message(world, export, hidden) is None
 
 
 @then(parsers.parse('the export is refused, naming "{what}"'))
-def refused(export: dict[str, Any], what: str) -> None:
+def audit_refused(export: dict[str, Any], what: str) -> None:
     error = export.get("error")
     assert isinstance(error, pico.InvalidArgumentError) and what in str(error), error
