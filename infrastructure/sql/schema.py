@@ -515,8 +515,7 @@ def upgrade(conn: Connection, target: str, *, location: str) -> tuple[SchemaStat
     current = state.effective
     if current is not None and current not in REVISIONS:
         raise _newer(location, state.revision or f"pico_schema version {state.legacy}")
-    order = REVISIONS
-    if current is not None and order.index(goal) < order.index(current):
+    if current is not None and REVISIONS.index(goal) < REVISIONS.index(current):
         raise InvalidArgumentError(
             f"the target revision {goal} is older than {location}'s revision {current}; "
             "pico schemas only move forward (restore a backup to go back)"
@@ -533,10 +532,9 @@ def offline_sql(start: str | None, target: str, dialect: str) -> str:
     if dialect not in ("sqlite", "postgresql"):
         raise InvalidArgumentError(f"unknown SQL dialect {dialect!r}; use 'sqlite' or 'postgresql'")
     goal = _resolve(target, "the target revision")
-    order = REVISIONS
     if start is not None:
         begin = _resolve(start, "the starting revision")
-        if order.index(goal) < order.index(begin):
+        if REVISIONS.index(goal) < REVISIONS.index(begin):
             raise InvalidArgumentError(
                 f"the target revision {goal} is older than the starting revision {begin}; "
                 "pico schemas only move forward"

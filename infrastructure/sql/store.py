@@ -153,14 +153,18 @@ class SqlDatabase:
         if setup:  # new, empty, or pico's to adopt or (opted in) upgrade
             self._setup()
 
+    @property
+    def _shown_url(self) -> str:
+        """The URL a message tells the operator to pass to ``pico db`` (password masked)."""
+        return f"sqlite:///{self.path}" if self.dialect == "sqlite" else self.location
+
     def _needs_setup(self, state: t.SchemaState) -> bool:
-        shown = f"sqlite:///{self.path}" if self.dialect == "sqlite" else self.location
         return t.check(
             state,
             upgrade=self.upgrade_schema,
             read_only=self.read_only,
             location=self.location,
-            url=shown,
+            url=self._shown_url,
             dialect=self.dialect,
         )
 
@@ -214,12 +218,11 @@ class SqlDatabase:
         doing = "setting up pico's tables"
         with self._closing_on_failure(doing), self._schema_lock(doing) as conn:
             # Read again under the lock: another process may have set it up meanwhile.
-            shown = f"sqlite:///{self.path}" if self.dialect == "sqlite" else self.location
             t.ensure(
                 conn,
                 upgrade=self.upgrade_schema,
                 location=self.location,
-                url=shown,
+                url=self._shown_url,
                 dialect=self.dialect,
             )
 
