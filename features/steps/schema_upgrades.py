@@ -3,11 +3,9 @@ operator's ``pico db upgrade`` and ``pico db sql``, and the embedder's opt-in.""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import typer
 from pytest_bdd import given, parsers, then, when
@@ -22,6 +20,7 @@ from tests.integration.test_migrations import (
     _release1_database,
     _stamp,
     run_script,
+    scratch_postgres,
 )
 
 
@@ -44,13 +43,8 @@ def schema_database(world: World, tmp_path: Path) -> Iterator[SchemaDatabase]:
     if world.backend.name == "sqlite":
         yield SchemaDatabase(f"sqlite:///{tmp_path / 'schema.db'}", tmp_path)
         return
-    base = world.backend.url
-    name = f"pico_schema_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield SchemaDatabase(base.rsplit("/", 1)[0] + f"/{name}", tmp_path)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_postgres("the schema features") as url:
+        yield SchemaDatabase(url, tmp_path)
 
 
 def _cli(*args: str) -> str:

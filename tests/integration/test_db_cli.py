@@ -4,11 +4,9 @@ files and a real PostgreSQL database."""
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -16,8 +14,14 @@ from typer.testing import CliRunner
 import pico
 from pico.infrastructure.sql import schema
 from pico.infrastructure.sql.dbcli import register
-from tests.backends import require_postgres
-from tests.integration.test_migrations import _at, _drift, _release1_database, _stamp, run_script
+from tests.integration.test_migrations import (
+    _at,
+    _drift,
+    _release1_database,
+    _stamp,
+    run_script,
+    scratch_postgres,
+)
 
 HEAD = schema.head_revision()
 
@@ -31,13 +35,8 @@ def app() -> typer.Typer:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    base = require_postgres("pico db")
-    name = f"pico_dbcli_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield base.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_postgres("pico db") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

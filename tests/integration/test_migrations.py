@@ -14,6 +14,7 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -41,18 +42,28 @@ V1_TABLES = [
 ]
 
 
+@contextmanager
+def scratch_postgres(what: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database on the test server, dropped after: a
+    schema test changes the schema, so never the shared test database."""
+    base = require_postgres(what)
+    name = f"pico_schema_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'old.db'}"
         return
-    base = require_postgres("the upgrade")
-    name = f"pico_upgrade_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield base.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_postgres("the upgrade") as url:
+        yield url
 
 
 def _engine(url: str) -> sa.Engine:
@@ -451,12 +462,7 @@ async def test_processes_opening_an_old_postgresql_database_at_once_upgrade_it_o
 
     from pico.infrastructure.sql.store import SqlDatabase
 
-    base = require_postgres("concurrent upgrades")
-    name = f"pico_upgrade_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = base.rsplit("/", 1)[0] + f"/{name}"
-    try:
+    with scratch_postgres("concurrent upgrades") as url:
         await _release1_database(url, tmp_path)
         errors: list[BaseException] = []
 
@@ -492,6 +498,3 @@ async def test_processes_opening_an_old_postgresql_database_at_once_upgrade_it_o
         upgrades = [r for r in caplog.records if r.getMessage().startswith("upgrading")]
         adoptions = [r for r in caplog.records if r.getMessage().startswith("adopting")]
         assert (len(upgrades), len(adoptions)) == (1, 1)
-    finally:
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
