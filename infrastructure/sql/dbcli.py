@@ -126,11 +126,19 @@ def register(app: typer.Typer) -> None:
         dialect: Annotated[
             str, typer.Option("--dialect", help="sqlite or postgresql.")
         ] = "postgresql",
+        legacy: Annotated[
+            bool,
+            typer.Option(
+                "--legacy",
+                help="The database predates Alembic (pico_schema, no pico_alembic_version): "
+                "stamp it at --from first (pico_schema version N is revision 000N).",
+            ),
+        ] = False,
     ) -> None:
         """Write the upgrade as one SQL script (BEGIN ... COMMIT, the version table
         included) for a DBA to review and apply; connects to nothing."""
         with _errors():
-            text = schema.offline_sql(start, target, dialect)
+            text = schema.offline_sql(start, target, dialect, legacy=legacy)
         sys.stdout.write(text)
 
     @db.command("history")

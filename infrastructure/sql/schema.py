@@ -525,12 +525,38 @@ def upgrade(conn: Connection, target: str, *, location: str) -> tuple[SchemaStat
     return state, goal
 
 
-def offline_sql(start: str | None, target: str, dialect: str) -> str:
+def _stamp_sql(revision: str, dialect: str) -> str:
+    """``_stamp`` as SQL text: the version table and its one row."""
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.schema import CreateTable
+
+    compiled = CreateTable(_versions).compile(
+        dialect=sqlite.dialect() if dialect == "sqlite" else postgresql.dialect()
+    )
+    return (
+        f"{str(compiled).strip()};\n\n"
+        f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{revision}');\n\n"
+    )
+
+
+def offline_sql(start: str | None, target: str, dialect: str, *, legacy: bool = False) -> str:
     """The SQL that upgrades a database at ``start`` (``None``: an empty one) to
     ``target``, for ``dialect`` (``sqlite`` or ``postgresql``), as one script a DBA
-    reviews and applies, version-table updates included (Alembic's offline mode)."""
+    reviews and applies, version-table updates included (Alembic's offline mode).
+    ``legacy``: the database predates Alembic (``pico_schema`` at the version of
+    ``start``, no version table), so the script stamps it at ``start`` first."""
     if dialect not in ("sqlite", "postgresql"):
         raise InvalidArgumentError(f"unknown SQL dialect {dialect!r}; use 'sqlite' or 'postgresql'")
+    if legacy and start is None:
+        raise InvalidArgumentError(
+            "--legacy needs --from: the revision of the database's pico_schema version "
+            f"(version N is revision 000N; {', '.join(LEGACY_REVISIONS.values())})"
+        )
+    if legacy and start not in LEGACY_REVISIONS.values():
+        raise InvalidArgumentError(
+            f"--legacy --from {start} names no pre-Alembic version; use one of "
+            f"{', '.join(LEGACY_REVISIONS.values())} (pico_schema version N is 000N)"
+        )
     goal = _resolve(target, "the target revision")
     if start is not None:
         begin = _resolve(start, "the starting revision")
@@ -539,11 +565,18 @@ def offline_sql(start: str | None, target: str, dialect: str) -> str:
                 f"the target revision {goal} is older than the starting revision {begin}; "
                 "pico schemas only move forward"
             )
+        stamp = _stamp_sql(begin, dialect) if legacy else ""
         if begin == goal:
-            return ""
+            return f"BEGIN;\n\n{stamp}COMMIT;\n" if stamp else ""
     from alembic import command
 
     buf = io.StringIO()
     cfg = _config(output_buffer=buf, dialect=dialect)
     command.upgrade(cfg, f"{begin}:{goal}" if start is not None else goal, sql=True)
-    return buf.getvalue()
+    script = buf.getvalue()
+    if start is not None and stamp:
+        # Inside the script's one transaction, before the first revision's UPDATE.
+        opening = "BEGIN;\n\n"
+        assert script.startswith(opening), script[:40]
+        script = opening + stamp + script[len(opening) :]
+    return script

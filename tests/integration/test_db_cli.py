@@ -174,6 +174,33 @@ async def test_db_sql_from_a_release_1_database_upgrades_it_with_its_data(
     await h.close()
 
 
+async def test_db_sql_legacy_stamps_a_release_1_database_and_upgrades_it_in_one_script(
+    app: typer.Typer, url: str, tmp_path: Path
+) -> None:
+    """A DBA who lets nothing but their own tools write: the script adopts (stamps) the
+    pre-Alembic database and upgrades it, in one transaction; pico opens the result."""
+    await _release1_database(url, tmp_path)
+    dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
+    code, sql, _ = invoke(app, "db", "sql", "--legacy", "--from", "0001", "--dialect", dialect)
+    assert code == 0 and sql.startswith("BEGIN;") and sql.count("BEGIN;") == 1
+    assert sql.index("INSERT INTO pico_alembic_version") < sql.index("Running upgrade 0001")
+    run_script(url, sql)
+    assert _stamp(url) == HEAD and _drift(url) == []
+    h = await pico.Harness.open(url, session="old")
+    assert [e.content for e in (await (await h.root()).entries()).items] == [
+        "written by the old release",
+        "an answer",
+    ]
+    await h.close()
+
+
+def test_db_sql_legacy_from_the_last_legacy_version_only_stamps(app: typer.Typer) -> None:
+    code, sql, _ = invoke(app, "db", "sql", "--legacy", "--from", HEAD, "--dialect", "sqlite")
+    assert code == 0 and "CREATE TABLE pico_alembic_version" in sql
+    assert f"VALUES ('{HEAD}')" in sql and "Running upgrade" not in sql
+    assert sql.strip().startswith("BEGIN;") and sql.strip().endswith("COMMIT;")
+
+
 def test_db_sql_rejects_unknown_revisions_dialects_and_backwards_ranges(
     app: typer.Typer,
 ) -> None:
@@ -181,6 +208,7 @@ def test_db_sql_rejects_unknown_revisions_dialects_and_backwards_ranges(
         (("--dialect", "oracle"), "unknown SQL dialect 'oracle'"),
         (("--from", "0009"), "'0009' is not a pico schema revision"),
         (("--from", "0003", "--to", "0002"), "older than the starting revision"),
+        (("--legacy",), "--legacy needs --from"),
     ):
         code, out, err = invoke(app, "db", "sql", *args)
         assert (code, out) == (2, "") and says in err, args
