@@ -527,12 +527,11 @@ def upgrade(conn: Connection, target: str, *, location: str) -> tuple[SchemaStat
 
 def _stamp_sql(revision: str, dialect: str) -> str:
     """``_stamp`` as SQL text: the version table and its one row."""
-    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.engine import make_url
     from sqlalchemy.schema import CreateTable
 
-    compiled = CreateTable(_versions).compile(
-        dialect=sqlite.dialect() if dialect == "sqlite" else postgresql.dialect()
-    )
+    name = "sqlite://" if dialect == "sqlite" else "postgresql+psycopg://"
+    compiled = CreateTable(_versions).compile(dialect=make_url(name).get_dialect()())
     return (
         f"{str(compiled).strip()};\n\n"
         f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{revision}');\n\n"
