@@ -1,12 +1,16 @@
 """Tamper evidence costs (issue 13, "Performance").
 
     python -m benchmarks.chain_bench cost [--turns 2000]    # the chain's share of a turn
+    python -m benchmarks.chain_bench ab [--turns 2000] [--rounds 3]   # with vs without it
     python -m benchmarks.chain_bench verify [--events 1000000] [--backend sqlite]
 
 ``cost`` runs the seed's 2,000-turn workload (benchmarks/turns_bench.py) on SQLite under a
 profiler and reports the time spent sealing boundaries (``seal_boundary``: the digest over
 the batch's stored bodies and the link written into the boundary) against the whole run,
-the same run's own floor. ``verify`` builds a session of about N stored events (commands
+the same run's own floor. ``ab`` runs the same workload without profiling, alternating
+rounds with the chain and with ``seal_boundary`` replaced by a stub that writes the
+placeholder and hashes nothing (everything else identical), and reports wall and CPU time
+of each. ``verify`` builds a session of about N stored events (commands
 of 100 appended entries: ~1 event per entry) and measures ``pico.verify`` (every event read,
 decoded, schema-checked and hashed) in events per second.
 
@@ -22,9 +26,12 @@ import pstats
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pico
 from benchmarks import turns_bench
+from pico.infrastructure import storage
+from pico.infrastructure.chain import PLACEHOLDER
 
 PER_COMMAND = 100
 
@@ -54,6 +61,41 @@ def cost(turns: int) -> str:
             "|---|---|---|---|---|",
             f"| {calls:,} | {sealed:.3f} | {total:.1f} | {100 * sealed / total:.2f}% | "
             f"{wall:.1f} |",
+        ]
+    )
+
+
+def _no_chain(previous: str, batch: list[Any]) -> str:
+    return PLACEHOLDER
+
+
+def ab(turns: int, rounds: int) -> str:
+    results: dict[str, list[tuple[float, float]]] = {"chain": [], "no chain": []}
+    real = storage.seal_boundary
+    for _ in range(rounds):
+        for label in ("chain", "no chain"):
+            storage.seal_boundary = real if label == "chain" else _no_chain  # type: ignore[assignment]
+            tmp = Path(tempfile.mkdtemp(prefix="pico-chain-ab-"))
+            _, wall, cpu = asyncio.run(turns_bench.run(f"sqlite:///{tmp / 't.db'}", turns, 16))
+            results[label].append((wall, cpu))
+    storage.seal_boundary = real
+    rows = []
+    for label, runs in results.items():
+        walls = sorted(w for w, _ in runs)
+        cpus = sorted(c for _, c in runs)
+        rows.append(f"| {label} | {walls[len(walls) // 2]:.2f} | {cpus[len(cpus) // 2]:.2f} |")
+    chain_cpu = sorted(c for _, c in results["chain"])[rounds // 2]
+    bare_cpu = sorted(c for _, c in results["no chain"])[rounds // 2]
+    return "\n".join(
+        [
+            f"{turns:,} faux turns, two tools per turn, SQLite (process durability); median of "
+            f"{rounds} alternating rounds",
+            "",
+            "| run | wall s | CPU s |",
+            "|---|---|---|",
+            *rows,
+            "",
+            f"chain share of CPU time: {100 * (chain_cpu - bare_cpu) / chain_cpu:.1f}%",
         ]
     )
 
@@ -102,11 +144,19 @@ def main() -> None:
     sub = ap.add_subparsers(dest="what", required=True)
     c = sub.add_parser("cost")
     c.add_argument("--turns", type=int, default=2000)
+    a = sub.add_parser("ab")
+    a.add_argument("--turns", type=int, default=2000)
+    a.add_argument("--rounds", type=int, default=3)
     v = sub.add_parser("verify")
     v.add_argument("--events", type=int, default=1_000_000)
     v.add_argument("--backend", choices=("sqlite", "jsonl"), default="sqlite")
     args = ap.parse_args()
-    report = cost(args.turns) if args.what == "cost" else verify(args.events, args.backend)
+    if args.what == "cost":
+        report = cost(args.turns)
+    elif args.what == "ab":
+        report = ab(args.turns, args.rounds)
+    else:
+        report = verify(args.events, args.backend)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / f"chain-{args.what}.md").write_text(report + "\n")

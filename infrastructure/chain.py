@@ -46,25 +46,34 @@ _BOUNDARIES = frozenset(
 _CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
 
 
-def _frame(h: Any, stored: StoredEvent, body: bytes) -> None:
-    oid = stored.originator_id
-    hex_id = oid.hex if isinstance(oid, UUID) else UUID(str(oid)).hex
-    h.update(
-        b"%s %d %s %d\n"
-        % (hex_id.encode(), stored.originator_version, stored.topic.encode(), len(body))
-    )
-    h.update(body)
+def _hex(oid: Any) -> bytes:
+    return (oid if isinstance(oid, UUID) else UUID(str(oid))).hex.encode()
+
+
+def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -> str:
+    """The link over ``batch`` (its boundary read as ``boundary_body``): one sha256 over
+    the previous link and each event's framed stored body, joined once."""
+    parts = [previous.encode()]
+    last = len(batch) - 1
+    for i, stored in enumerate(batch):
+        body = boundary_body if i == last else stored.state
+        parts.append(
+            b"%s %d %s %d\n"
+            % (
+                _hex(stored.originator_id),
+                stored.originator_version,
+                stored.topic.encode(),
+                len(body),
+            )
+        )
+        parts.append(body)
+    return f"{ALGORITHM}:{hashlib.sha256(b''.join(parts)).hexdigest()}"
 
 
 def chain_link(previous: str, batch: Sequence[StoredEvent]) -> str:
     """The link a batch's boundary must carry: ``batch[-1]`` is the boundary, read with
     its link replaced by the placeholder."""
-    h = hashlib.sha256(previous.encode())
-    for stored in batch[:-1]:
-        _frame(h, stored, stored.state)
-    boundary = batch[-1]
-    _frame(h, boundary, _unlinked(boundary.state))
-    return f"{ALGORITHM}:{h.hexdigest()}"
+    return _digest(previous, batch, _unlinked(batch[-1].state))
 
 
 def seal_boundary(previous: str, batch: list[StoredEvent]) -> str:
@@ -74,11 +83,7 @@ def seal_boundary(previous: str, batch: list[StoredEvent]) -> str:
     body = boundary.state
     if body.count(_PLACEHOLDER_FIELD) != 1:
         raise ValueError(f"boundary {boundary.topic} was not encoded with a placeholder link")
-    h = hashlib.sha256(previous.encode())
-    for stored in batch[:-1]:
-        _frame(h, stored, stored.state)
-    _frame(h, boundary, body)
-    link = f"{ALGORITHM}:{h.hexdigest()}"
+    link = _digest(previous, batch, body)
     batch[-1] = StoredEvent(
         boundary.originator_id,
         boundary.originator_version,
