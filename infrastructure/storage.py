@@ -16,11 +16,11 @@ from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityError, StoredEvent
 
+from pico.application.chain import ChainReport
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
 from pico.domain.session import Session
 from pico.domain.state import StateWrite
-from pico.application.chain import ChainReport
 from pico.infrastructure.chain import (
     PLACEHOLDER,
     anchor_of,

@@ -64,6 +64,12 @@ class FaultyStorage:
     def replay(self) -> Any:
         return self.inner.replay()
 
+    def verify_chain(self) -> Any:
+        return self.inner.verify_chain()
+
+    def chain_anchor(self) -> Any:
+        return self.inner.chain_anchor()
+
     def close(self) -> None:
         self.inner.close()
 
