@@ -1,18 +1,24 @@
 """The ``pico`` command line: one typer app, one module per command group.
 
-    pico demo  [--db pico-demo.db] [--force]
-    pico show  URL [--session main]
-    pico audit URL [--session main] [--after N] [--limit N]
-    pico check URL [--session main]
+    pico demo    [--db pico-demo.db] [--force]
+    pico show    URL [--session main]
+    pico inspect URL [--session main]
+    pico audit   URL [--session main] [filters] [--format jsonl|csv|table]
+    pico verify  URL [--session main] [--start-chain]
+    pico check   URL [--session main]
+    pico replay  URL [--session main]
+    pico rebuild URL [--session main]
+    pico migrate --from URL --to URL --session S [--as NAME]
+    pico db      upgrade | current | sql | history
 
 The reading commands take any storage URL (``sqlite:///demo.db``, ``postgresql://...``,
 ``jsonl:///sessions``) as the first argument or as ``--url``, and open it read-only.
 
 Every error is one line on stderr, ``pico: <what is wrong and what to do>``: exit code 2
 for bad input or usage (a ``PicoError``, a typer/click usage error) and for an unexpected
-error (``PICO_DEBUG=1`` shows its traceback instead); commands that find something (``check``)
-exit 1. No command deletes or rewrites a file it was not asked to create (``demo --force`` is
-the one explicit exception).
+error (``PICO_DEBUG=1`` shows its traceback instead); commands that find something (``check``,
+``verify``, ``replay``, ``migrate``, ``db current`` off head) exit 1. No command deletes or
+rewrites a file it was not asked to create (``demo --force`` is the one explicit exception).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ import typer
 
 from pico._version import package_version
 from pico.domain.errors import PicoError
-from pico.infrastructure.cli import audit, check, demo, show
+from pico.infrastructure.cli import audit, check, demo, inspect, migration, show, verify
 from pico.infrastructure.cli.common import one_line
+from pico.infrastructure.sql.dbcli import register as db_commands
 
 __all__ = ["COMMANDS", "app", "main", "run"]
 
@@ -70,8 +77,12 @@ def _root(
 COMMANDS: list[Callable[[typer.Typer], None]] = [
     demo.register,
     show.register,
+    inspect.register,
     audit.register,
+    verify.register,
     check.register,
+    migration.register,
+    db_commands,
 ]
 # ---------------------------------------------------------------- end of the commands
 

@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+import pytest
 
 import pico
 from pico.infrastructure.container import open_storage
@@ -271,26 +272,18 @@ async def test_an_edited_jsonl_line_is_found_at_its_batch(tmp_path: Path) -> Non
     assert not report.ok and (report.breaks[0].position, report.breaks[0].last) == (first, last)
 
 
-def test_pico_verify_exits_zero_when_verified_and_one_at_the_first_break(tmp_path: Path) -> None:
+def test_pico_verify_exits_zero_when_verified_and_one_at_the_first_break(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import asyncio
 
-    from typer import Typer
-    from typer.testing import CliRunner
-
-    from pico.infrastructure.tamper import register
+    from pico.infrastructure.cli.app import app, run
 
     backend = Backend("sqlite", f"sqlite:///{tmp_path / 'c.db'}")
     asyncio.run(_history(backend))
-    app = Typer()
-    register(app)
-
-    @app.callback()
-    def _group() -> None:  # a group, so the command keeps its name
-        pass
-
-    done = CliRunner().invoke(app, ["verify", backend.url, "--session", backend.session])
-    assert done.exit_code == 0, done.output
-    assert done.output.startswith("verified ")
+    assert run(app, ["verify", backend.url, "--session", backend.session]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verified ") and "head link sha256:" in out
     rows = _log(backend)
     position = _entry_position(rows, "Use a loop")
     _raw_sql(
@@ -298,6 +291,10 @@ def test_pico_verify_exits_zero_when_verified_and_one_at_the_first_break(tmp_pat
         "UPDATE pico_events SET state = replace(state, 'loop', 'l00p') WHERE id = %s",
         position,
     )
-    done = CliRunner().invoke(app, ["verify", backend.url, "--session", backend.session])
-    assert done.exit_code == 1
-    assert f"history was changed at position {_batch_of(rows, position)[0]}" in done.output
+    assert run(app, ["verify", backend.url, "--session", backend.session]) == 1
+    out = capsys.readouterr().out
+    assert f"history was changed at position {_batch_of(rows, position)[0]}" in out
+    # An unknown session is one line on stderr and exit code 2, not a traceback.
+    assert run(app, ["verify", backend.url, "--session", "nobody"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pico: ") and err.count("\n") == 1
