@@ -362,7 +362,7 @@ def write_legacy(backend: Backend) -> None:
 
 
 async def _fresh_equivalent(backend: Backend) -> tuple[list[int], list[Any], Any]:
-    async with await backend.open(session="fresh") as h:
+    async with await backend.open(session=f"fresh-{backend.session}") as h:
         c = await h.root()
         await c.append("user", "Inspect the parser")
         await c.append("assistant", "It recurses per token")
