@@ -56,9 +56,9 @@ class ChainReport:
         """One line: "verified N events through position P ..." or the first break."""
         if self.breaks:
             return (
-                f"session {self.session!r}: history was changed at {self.breaks[0]} "
-                f"({len(self.breaks)} break(s) in {self.events} events through position "
-                f"{self.through})"
+                f"session {self.session!r}: history was changed, first at position "
+                f"{self.breaks[0].position} ({len(self.breaks)} break(s) in {self.events} "
+                f"events through position {self.through})"
             )
         covered = self.events - self.unchained - self.tail
         text = (
