@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import pico
 from features.steps.library import World, _names
+from pico.infrastructure.cli.db import register
 from pico.infrastructure.sql import schema
-from pico.infrastructure.sql.dbcli import register
 from tests.integration.test_migrations import (
     _fingerprint,
     _release1_database,

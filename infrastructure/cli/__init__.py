@@ -1,5 +1,6 @@
 """The ``pico`` command line (``pico.infrastructure.cli:main``): a typer app in ``app.py``
-and one module per command group (``demo``, ``show``, ``audit``, ``check``)."""
+and one module per command group (``demo``, ``show``, ``inspect``, ``audit``, ``verify``,
+``check``, ``migration`` (replay, rebuild, migrate) and ``db``)."""
 
 from __future__ import annotations
 

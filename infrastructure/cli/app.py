@@ -34,7 +34,7 @@ from pico._version import package_version
 from pico.domain.errors import PicoError
 from pico.infrastructure.cli import audit, check, demo, inspect, migration, show, verify
 from pico.infrastructure.cli.common import one_line
-from pico.infrastructure.sql.dbcli import register as db_commands
+from pico.infrastructure.cli.db import register as db_commands
 
 __all__ = ["COMMANDS", "app", "main", "run"]
 

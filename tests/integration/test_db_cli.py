@@ -12,8 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 import pico
+from pico.infrastructure.cli.db import register
 from pico.infrastructure.sql import schema
-from pico.infrastructure.sql.dbcli import register
 from tests.integration.test_migrations import (
     _at,
     _drift,
