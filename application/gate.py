@@ -12,10 +12,12 @@ carry it), so a reopen compares without reading history. Each field is classed i
 field                  class     value
 =====================  ========  ===================================================
 ``model``              hard      the model name given to ``Harness.open``
-``provider``           hard      the provider class's qualified name (module.Class)
 ``provider_options``   blocking  canonical JSON of ``provider.fingerprint()`` (``{}``
                                  when the provider has no such method); sha256 when
-                                 longer than 200 characters
+                                 longer than 200 characters. A provider names itself
+                                 and its options here; its Python class is not part of
+                                 the fingerprint (fakes, wrappers and a crashed
+                                 process's replacement differ in class only)
 ``system``             blocking  ``sha256:<hex>`` of the system prompt (never verbatim)
 ``tool_execution``     blocking  ``"parallel"`` or ``"sequential"``
 ``tool:<name>``        tools     ``sha256:<hex>`` of the tool's canonical spec: name,
@@ -64,7 +66,6 @@ Fingerprint = dict[str, str | int | float | None]
 #: The ONE table of fingerprint fields and their classes (``tool:<name>`` is per tool).
 FIELDS: dict[str, FieldClass] = {
     "model": "hard",
-    "provider": "hard",
     "provider_options": "blocking",
     "system": "blocking",
     "tool_execution": "blocking",
@@ -109,10 +110,8 @@ def provider_options(provider: object) -> str:
 def fingerprint(services: AgentServices, *, system: str | None = None) -> Fingerprint:
     """The fingerprint of what ``services`` writes agent work under. ``system`` is the
     configured prompt (before any resume reminder); default ``services.system``."""
-    provider = type(services.provider)
     out: Fingerprint = {
         "model": services.model,
-        "provider": f"{provider.__module__}.{provider.__qualname__}",
         "provider_options": provider_options(services.provider),
         "system": _sha256(services.system if system is None else system),
         "tool_execution": services.tool_execution,

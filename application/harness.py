@@ -130,7 +130,7 @@ class Harness:
 
         The resume gate (docs/resume.md): a write open with a ``provider`` records the
         configuration fingerprint on the first open (``Session.ConfigurationRecorded``)
-        and compares with it on every reopen. A hard change (model, provider) raises
+        and compares with it on every reopen. A hard change (the model) raises
         ``ConfigurationMismatchError`` before the claim, writing nothing; a blocking change
         (system prompt, tool_execution, provider options) opens, but every drive raises
         ``ConfigurationMismatchError`` until ``acknowledge_configuration()``; tools and

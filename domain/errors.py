@@ -325,7 +325,7 @@ class ConfigurationMismatchError(PicoError):
     """The configuration a session's agent work is written under (its fingerprint, seed
     000 "The resume gate") differs from the one it was opened with. ``changes`` lists each
     ``{field, class, before, after}`` (the system prompt as its sha256 hash, never
-    verbatim). ``hard`` True: a hard field (the model, the provider) changed and the open
+    verbatim). ``hard`` True: a hard field (the model) changed and the open
     was refused before its claim; nothing was written. ``hard`` False: a blocking field
     changed; the session opened but drives nothing until
     ``Harness.acknowledge_configuration()`` records the change."""

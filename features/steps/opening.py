@@ -25,14 +25,14 @@ def second_owner_during_a_commit(
     first = world.h
     real_claim = line_module._claim
 
-    def claim_after_a_commit(storage: Any, session: Any) -> Any:
+    def claim_after_a_commit(storage: Any, session: Any, *gate: Any) -> Any:
         def build(tx: Any) -> int:
             entry: int = tx.append_entry(world.id(conv), "assistant", name)
             tx.append_context(world.id(conv), [entry])
             return entry
 
         world.names[name] = first._line.run_sync(build)
-        return real_claim(storage, session)
+        return real_claim(storage, session, *gate)
 
     monkeypatch.setattr(line_module, "_claim", claim_after_a_commit)
     try:

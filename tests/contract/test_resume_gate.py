@@ -61,7 +61,7 @@ class TunedProvider(FauxProvider):
 
 
 class OtherProvider(FauxProvider):
-    """Another provider class: a different provider identity."""
+    """Another provider class (not part of the fingerprint: only its model counts)."""
 
 
 async def _bounded(awaitable: Any) -> Any:
@@ -76,7 +76,7 @@ async def test_the_first_open_for_agent_work_records_the_fingerprint(backend: Ba
     (recorded,) = _of(h, "Session.ConfigurationRecorded")
     fp = recorded.payload["fingerprint"]
     assert fp == h.configuration()
-    assert fp["model"] == "m1" and fp["provider"] == "pico.application.faux.FauxProvider"
+    assert fp["model"] == "m1" and fp["provider_options"] == "{}"
     assert fp["system"] == "sha256:" + hashlib.sha256(b"secret prompt").hexdigest()
     assert fp["max_attempts"] == 3 and fp["retry_delay"] == 2.0 and fp["context_budget"] is None
     assert str(fp["tool:read"]).startswith("sha256:")
@@ -101,7 +101,7 @@ async def test_the_same_configuration_reopens_without_a_new_event(backend: Backe
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"model": "m2"}, "model"), ({"provider": OtherProvider([])}, "provider")],
+    [({"model": "m2"}, "model"), ({"provider": OtherProvider([]), "model": "m3"}, "model")],
 )
 async def test_a_hard_change_refuses_to_resume_and_writes_nothing(
     backend: Backend, change: dict[str, Any], field: str
@@ -114,6 +114,13 @@ async def test_a_hard_change_refuses_to_resume_and_writes_nothing(
     await h.close()
     with pytest.raises(pico.ConfigurationMismatchError) as caught:
         await backend.open(**{"provider": FauxProvider([]), "model": "m1", **change})
+    # Another provider class with the recorded model is not a change.
+    h = await backend.open(provider=OtherProvider([]), model="m1")
+    assert h.pending_configuration() == [] and h.configuration() == recorded
+    await h.close()
+    h = await backend.open(read_only=True)
+    before = (h.head(), h.audit_count(), _last(h))
+    await h.close()
     assert caught.value.hard
     assert [c["field"] for c in caught.value.changes] == [field]
     assert caught.value.changes[0]["class"] == "hard" == FIELDS[field]

@@ -238,6 +238,7 @@ async def test_the_policy_is_captured_when_the_generation_is_created(backend: Ba
     input_id = await c.accept("captured")  # the generation is created now, not driven
     await h.close()
     h = await backend.open(provider=_provider(), tools=gated.tools())  # parallel by default
+    await h.acknowledge_configuration()  # the resume gate: tool_execution is blocking
     c = await h.root()
     assert await _bounded(c.drive()) == "idle"
     (a, b, cc), _ = await _tools_and_join(h)
