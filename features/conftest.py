@@ -48,10 +48,15 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
 EXCLUSIVE = {"jsonl"}
 #: Backends with a SQL schema (``@sql`` scenarios: schema revisions and upgrades).
 SQL = {"sqlite", "postgresql"}
+#: Backends whose sessions outlive the process (``@persistent`` scenarios: migration).
+PERSISTENT = {"sqlite", "postgresql", "jsonl"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sql: a scenario about the SQL schema (SQLite, PostgreSQL)")
+    config.addinivalue_line(
+        "markers", "persistent: a scenario about stored sessions (not the memory backend)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,6 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             ("takeover" in marks and name in EXCLUSIVE)
             or ("exclusive" in marks and name not in EXCLUSIVE)
             or ("sql" in marks and name not in SQL)
+            or ("persistent" in marks and name not in PERSISTENT)
         ):
             dropped.append(item)
         else:

@@ -1,3 +1,4 @@
+@persistent
 Feature: A session moves to another backend unchanged, and its read model is rebuilt from its history
   A session's history is the truth; everything it answers from is derived from it. A
   migrator copies a session to another kind of storage and the copy proves itself equal:

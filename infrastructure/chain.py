@@ -102,6 +102,11 @@ def _unlinked(body: bytes) -> bytes:
     return body[:start] + _PLACEHOLDER_FIELD + body[end + 1 :]
 
 
+def _legacy(body: bytes) -> bool:
+    """A boundary body as pico wrote it before the chain: version 1, no link field."""
+    return _KEY[:-2] not in body and b'"class_version"' not in body
+
+
 def stored_link(body: bytes) -> str:
     """The link a stored boundary body carries ("" when it has none)."""
     try:
@@ -138,12 +143,15 @@ class _Walk:
         report.batches += 1
         report.through = last
         if not link:
-            if self.linked:
+            if self.linked or not _legacy(boundary.state):
+                # pico writes a version-2 boundary only with its link, and never an
+                # unlinked batch after a linked one: the link was stripped.
                 self._break(
                     first,
                     last,
-                    f"the boundary at position {last} carries no link after linked batches: "
-                    "its link was removed or the batch was inserted",
+                    f"the boundary at position {last} carries no link "
+                    + ("after linked batches" if self.linked else "but is a chained version")
+                    + ": its link was removed or the batch was inserted",
                 )
             else:
                 report.unchained = report.events
@@ -198,9 +206,17 @@ def verify_chain(session: str, rows: Iterable[tuple[int, StoredEvent]]) -> Chain
             walk.batch(batch)
             batch = []
     if batch:
+        # pico stores a batch with its boundary in one transaction: events after the last
+        # boundary were appended, or their boundary was removed.
         report.tail = len(batch)
         report.events += len(batch)
         report.through = batch[-1][0]
+        walk._break(
+            batch[0][0],
+            batch[-1][0],
+            f"{len(batch)} event(s) at positions {batch[0][0]}-{batch[-1][0]} follow the last "
+            "commit boundary: their boundary was removed or they were appended",
+        )
     return report
 
 

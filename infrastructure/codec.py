@@ -5,7 +5,7 @@ Every stored event type has a version: its class's ``class_version`` (1 when the
 does not set one; the library writes ``"class_version"`` into a body only above 1). A
 change to an event's shape bumps it and adds ``upcast_vN_vN+1(state)`` on the class, so an
 old stored body reads as the current shape (eventsourcing's own convention, applied on
-both decoding paths below). ``tests/unit/test_event_versions.py`` holds the catalogue of
+both decoding paths below). ``tests/contract/test_event_versions.py`` holds the catalogue of
 every event type's version and fields: a shape change without a bump fails it.
 
 A decoded body is validated against its class's fields before it becomes an event: the
@@ -17,6 +17,7 @@ a damaged or foreign body is never folded (seed 000, "Reserved and not yet wired
 
 from __future__ import annotations
 
+import json
 import re
 import types
 import typing
@@ -102,25 +103,25 @@ class _PlainEventMapper(Mapper[UUID]):
         cls = self._plain_classes.get(topic)
         if cls is None:
             if topic in self._plain_classes:  # known not plain
-                return self._checked(super().to_domain_event(stored_event), stored_event)
+                return self._library(stored_event)
             resolved = resolve_topic(topic)
             cls = resolved if _plain_topic(resolved) == topic else None
             self._plain_classes[topic] = cls
             if cls is None:
-                return self._checked(super().to_domain_event(stored_event), stored_event)
+                return self._library(stored_event)
         body = stored_event.state
         if body.count(b'"_type_"') != 1:
-            return self._checked(super().to_domain_event(stored_event), stored_event)
+            return self._library(stored_event)
         try:
             state = pydantic_core.from_json(body)
             stamp = state["timestamp"]
             if len(stamp) != 2 or stamp.get("_type_") != DatetimeAsISO.name:
-                return self._checked(super().to_domain_event(stored_event), stored_event)
+                return self._library(stored_event)
             state["timestamp"] = datetime.fromisoformat(stamp["_data_"])
         except EventSchemaError:
             raise
         except Exception:  # the library's decoding explains what is wrong
-            return self._checked(super().to_domain_event(stored_event), stored_event)
+            return self._library(stored_event)
         try:
             _upcast(cls, state)
             validate_state(cls, state)
@@ -136,9 +137,22 @@ class _PlainEventMapper(Mapper[UUID]):
         object.__setattr__(event, "__dict__", state)
         return event
 
-    @staticmethod
-    def _checked(event: Any, stored: StoredEvent) -> Any:
-        # The library's path has already upcast (it runs the same upcast_vN_vN+1 methods).
+    def _library(self, stored: StoredEvent) -> Any:
+        """The library's decoding (it runs the same upcast_vN_vN+1 methods), with the
+        refusal of a newer version and the schema check the fast path applies."""
+        if b'"class_version"' in stored.state:
+            try:
+                recorded = json.loads(stored.state).get("class_version", 1)
+            except (ValueError, AttributeError):
+                recorded = 1  # the library explains an unreadable body
+            current = getattr(resolve_topic(stored.topic), "class_version", 1)
+            if type(recorded) is int and recorded > current:
+                raise EventSchemaError(
+                    f"{stored.topic} body has class_version {recorded}; this pico reads "
+                    f"versions 1 to {current} (a newer pico wrote it: upgrade pico) (stream "
+                    f"{stored.originator_id} version {stored.originator_version})"
+                )
+        event = super().to_domain_event(stored)
         try:
             validate_state(type(event), vars(event))
         except EventSchemaError as exc:

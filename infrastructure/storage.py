@@ -16,7 +16,7 @@ from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityError, StoredEvent
 
-from pico.application.chain import ChainReport
+from pico.application.chain import ChainBreak, ChainReport
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
 from pico.domain.session import Session
@@ -247,14 +247,22 @@ class EventSourcedStorage:
     def verify_chain(self) -> ChainReport:
         """Recompute the session's hash chain from its stored events (reading only).
         Every event is also decoded and checked against its type's schema: one that does
-        not match raises ``StorageCorruptError`` naming its position."""
+        not is a break at its position (the walk goes on to find the others)."""
+
+        undecodable: list[ChainBreak] = []
 
         def decoded() -> Iterator[tuple[int, StoredEvent]]:
             for position, stored in paged(self._recorder().select_session_events, self.session_id):
-                self._decode(position, stored)
+                try:
+                    self._decode(position, stored)
+                except StorageCorruptError as exc:  # a break too: the walk goes on
+                    undecodable.append(ChainBreak(position, position, str(exc)))
                 yield position, stored
 
-        return verify_chain(self.session_id, decoded())
+        report = verify_chain(self.session_id, decoded())
+        if undecodable:
+            report.breaks = sorted([*report.breaks, *undecodable], key=lambda b: b.position)
+        return report
 
     def chain_anchor(self) -> tuple[str, int, bool]:
         """What ``Session.ChainStarted`` records: the chain recomputed over every stored

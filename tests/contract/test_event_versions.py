@@ -509,5 +509,28 @@ async def test_a_stored_event_off_its_schema_is_storage_corrupt_by_position(
     with pytest.raises(pico.StorageCorruptError, match="seq must be int"):
         async with await backend.open() as h:
             await (await h.root()).snapshot()
-    with pytest.raises(pico.StorageCorruptError, match=r"event .*does not decode.*seq must be int"):
-        await pico.verify(backend.url, session=backend.session)
+    if backend.name == "jsonl":  # its open decodes the journal: the open refuses
+        with pytest.raises(pico.StorageCorruptError, match=r"does not decode.*seq must be int"):
+            await pico.verify(backend.url, session=backend.session)
+        return
+    # A verify reports it as a break at its position and reads on (exit code 1, not 2).
+    report = await pico.verify(backend.url, session=backend.session)
+    assert not report.ok
+    (found,) = [b for b in report.breaks if "seq must be int" in b.message]
+    assert found.position == found.last and f"event {found.position} " in found.message
+
+
+def test_a_newer_version_is_refused_on_the_library_decoding_path_too() -> None:
+    # Two transcoded values: the fast path hands the body to the library's decoder.
+    stamp = STAMP.replace("%d", "0")
+    stored = StoredEvent(
+        session_uuid("s"),
+        4,
+        "pico.domain.session:Session.Committed",
+        (
+            '{"timestamp":' + stamp + ',"first":1,"last":1,"scope":"main","link":"",'
+            '"task":null,"class_version":3,"later":' + stamp + "}"
+        ).encode(),
+    )
+    with pytest.raises(EventSchemaError, match=r"class_version 3.*upgrade pico"):
+        make_mapper().to_domain_event(stored)

@@ -298,3 +298,38 @@ def test_pico_verify_exits_zero_when_verified_and_one_at_the_first_break(
     assert run(app, ["verify", backend.url, "--session", "nobody"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pico: ") and err.count("\n") == 1
+
+
+async def test_a_removed_last_boundary_leaves_events_that_are_a_break(
+    sql_backend: Backend,
+) -> None:
+    backend = sql_backend
+    await _history(backend)
+    rows = _log(backend)
+    last = rows[-1][0]
+    assert rows[-1][1].topic == BOUNDARY[0]
+    _raw_sql(backend, "DELETE FROM pico_events WHERE id = %s", last)
+    report = await _verified(backend)
+    first, _ = _batch_of(rows, last)
+    # Check: pico never stores events without their boundary, so this is tampering.
+    assert not report.ok and report.tail == last - first
+    assert (report.breaks[-1].position, report.breaks[-1].last) == (first, rows[-2][0])
+    assert "follow the last commit boundary" in report.breaks[-1].message
+
+
+async def test_stripping_every_link_does_not_pass_for_history_before_the_chain(
+    sql_backend: Backend,
+) -> None:
+    backend = sql_backend
+    await _history(backend)
+    rows = _log(backend)
+    for position, stored in rows:
+        if stored.topic in BOUNDARY:
+            link = json.loads(stored.state)["link"]
+            body = stored.state.replace(link.encode(), b"")
+            _raw_sql(backend, "UPDATE pico_events SET state = %s WHERE id = %s", body, position)
+    report = await _verified(backend)
+    # Check: a version-2 boundary without its link is a break, not "written before".
+    assert not report.ok and report.unchained == 0
+    assert report.breaks[0].position == rows[0][0]
+    assert "carries no link but is a chained version" in report.breaks[0].message
