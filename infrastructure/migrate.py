@@ -60,7 +60,13 @@ from pico.domain.errors import (
     UnknownSessionError,
 )
 from pico.domain.ids import conversation_uuid, session_uuid, task_uuid
-from pico.infrastructure.chain import PLACEHOLDER, chain_link, seal_boundary, stored_link
+from pico.infrastructure.chain import (
+    PLACEHOLDER,
+    chain_link,
+    seal_boundary,
+    stored_link,
+    verify_chain,
+)
 from pico.infrastructure.container import open_storage
 from pico.infrastructure.jsonl.journal import file_name
 from pico.infrastructure.jsonl.store import JsonlStore
@@ -116,7 +122,14 @@ class MigrationReport:
             f"{self.target_session!r}: {self.events} events"
             + (f" (resumed after {self.resumed_after})" if self.resumed_after else "")
             + f" in {self.seconds:.2f} s",
-            "stored bodies: " + ("byte-identical" if self.bodies is None else self.bodies),
+            "stored bodies: "
+            + (
+                self.bodies
+                if self.bodies is not None
+                else "byte-identical"
+                if self.session == self.target_session
+                else "byte-identical apart from the stream ids and links the new name re-derives"
+            ),
             "hash chain: " + self.chain,
         ]
         for diff in self.read_model:
@@ -471,6 +484,7 @@ class _Ids:
 
 
 _LINK = re.compile(rb'"link":"sha256:[0-9a-f]{64}"')
+_CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
 _PLACEHOLDER_FIELD = b'"link":"' + PLACEHOLDER.encode() + b'"'
 
 
@@ -573,6 +587,13 @@ def _migrate(
             )
         total = source.count()
         identity = _identity(source)
+        if name != session and any(s.topic == _CHAIN_STARTED for _, s in source.events()):
+            # Its anchor covers the source's stream ids, which another name re-derives.
+            raise ConfigurationError(
+                f"session {session!r} carries a hash chain anchor (Session.ChainStarted), which "
+                "covers its stream ids; a copy under another name could not prove it, so "
+                "nothing was written. Migrate it under its own name (without --as)"
+            )
         target = _open_target(target_url, name, stack)
         note = target.note()
         existing = list(_take(target.events(), 1))
@@ -583,7 +604,7 @@ def _migrate(
                 + "; nothing was written. Copy it under another name (--as NAME) or delete "
                 "that session first"
             )
-        if note is None:
+        if note is None or not existing:  # a note with nothing copied yet is stale
             target.set_note(
                 {
                     "identity": identity,
@@ -675,35 +696,41 @@ def _key(s: StoredEvent) -> tuple[str, int, str, bytes]:
 def _prove(
     source: SourceReader, target: TargetWriter, copier: _Copier, session: str, name: str
 ) -> tuple[str | None, str, bool, tuple[TableDiff, ...]]:
-    """Bodies, chain, read models (see the module docstring)."""
+    """Bodies, chain, read models (see the module docstring). The target's log is read
+    once, compared with the source's as it streams into the chain walk: nothing of it is
+    held beyond one event."""
     bodies: str | None = None
     ids = _Ids(session, name)
     mapper = make_mapper()
     src = source.events()
-    count = 0
-    rows: list[tuple[int, StoredEvent]] = []
-    for position, mine in target.events():
-        rows.append((position, mine))
-        theirs = next(src, None)
-        count += 1
-        if bodies is not None:
-            continue
-        if theirs is None:
-            bodies = f"the target holds event {count}, the source has only {count - 1}"
-            continue
-        oid = UUID(str(theirs[1].originator_id))
-        if not ids.same:
-            oid = ids(oid, mapper.to_domain_event(theirs[1]))
-        want = (oid.hex, theirs[1].originator_version, theirs[1].topic, bytes(theirs[1].state))
-        got = _key(mine)
-        if not ids.same:  # links re-sealed for the new stream ids
-            want = (*want[:3], _unlinked(want[3]))
-            got = (*got[:3], _unlinked(got[3]))
-        if want != got:
-            bodies = (
-                f"event {count} differs (target position {position}, source position "
-                f"{theirs[0]}, {theirs[1].topic})"
-            )
+
+    def compared() -> Iterator[tuple[int, StoredEvent]]:
+        nonlocal bodies
+        count = 0
+        for position, mine in target.events():
+            yield position, mine
+            theirs = next(src, None)
+            count += 1
+            if bodies is not None:
+                continue
+            if theirs is None:
+                bodies = f"the target holds event {count}, the source has only {count - 1}"
+                continue
+            oid = UUID(str(theirs[1].originator_id))
+            if not ids.same:
+                oid = ids(oid, mapper.to_domain_event(theirs[1]))
+            want = (oid.hex, theirs[1].originator_version, theirs[1].topic, bytes(theirs[1].state))
+            got = _key(mine)
+            if not ids.same:  # links re-sealed for the new stream ids
+                want = (*want[:3], _unlinked(want[3]))
+                got = (*got[:3], _unlinked(got[3]))
+            if want != got:
+                bodies = (
+                    f"event {count} differs (target position {position}, source position "
+                    f"{theirs[0]}, {theirs[1].topic})"
+                )
+
+    chain = verify_chain(name, compared())
     if bodies is None:
         left = sum(1 for _ in src)
         if left:
@@ -711,9 +738,6 @@ def _prove(
                 f"the source holds {left} event(s) after the last copied batch (events "
                 "after the last boundary, or written while migrate ran)"
             )
-    from pico.infrastructure.chain import verify_chain
-
-    chain = verify_chain(name, iter(rows))
     diffs = tuple(
         d
         for d in (

@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 import pico
 from pico.infrastructure.cli.migration import register
 from pico.infrastructure.migrate import migrate
+from tests.backends import Backend
+from tests.contract.test_event_versions import write_legacy
 from tests.contract.test_migrate_contract import (
     backend_in,
     build_rich_session,
@@ -179,3 +181,17 @@ def test_the_cli_migrates_and_reports_the_proof(tmp_path: Path) -> None:
     assert again.exit_code == 2
     assert again.stderr.startswith("pico: ") and again.stderr.count("\n") == 1
     asyncio.run(drive(target, src.session))
+
+
+async def test_an_anchored_session_is_not_copied_under_another_name(tmp_path: Path) -> None:
+    source = Backend("sqlite", f"sqlite:///{tmp_path / 'old.db'}")
+    write_legacy(source)
+    async with await source.open() as h:
+        await h.start_chain()
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    with pytest.raises(pico.ConfigurationError, match="anchor"):
+        await pico.migrate(source.url, target, session=source.session, as_name="copy")
+    assert not (tmp_path / "copy.db").exists()
+    # Under its own name it copies and proves equal, the anchor included.
+    report = await pico.migrate(source.url, target, session=source.session)
+    assert report.ok, report.lines()
