@@ -75,9 +75,6 @@ FIELDS: dict[str, FieldClass] = {
     "context_budget": "budget",
 }
 
-#: Provider options longer than this (canonical JSON characters) are stored as a hash.
-OPTIONS_INLINE = 200
-
 #: The agent task kinds whose state captures ``max_attempts`` (re-captured on a change).
 _BUDGETED_KINDS = ("generation", "post_tools", "collapse")
 
@@ -99,12 +96,13 @@ def _sha256(text: str) -> str:
 
 
 def provider_options(provider: object) -> str:
-    """What a provider exposes about its options: ``provider.fingerprint()`` (a JSON
-    object, e.g. ``{"temperature": 0.2}``), canonical JSON; ``"{}"`` without the method."""
+    """What a provider exposes about its options: the sha256 of the canonical JSON of
+    ``provider.fingerprint()`` (a JSON object, e.g. ``{"temperature": 0.2}``; ``{}``
+    without the method). Always a hash: the event log is permanent, and a provider's
+    options may name an endpoint, an organisation or worse."""
     method = getattr(provider, "fingerprint", None)
     options = strict_json(method() if callable(method) else {}, what="provider fingerprint()")
-    text = _canonical(options)
-    return text if len(text) <= OPTIONS_INLINE else _sha256(text)
+    return _sha256(_canonical(options))
 
 
 def fingerprint(services: AgentServices, *, system: str | None = None) -> Fingerprint:

@@ -282,10 +282,12 @@ class Harness:
         self._shutdown = asyncio.Event()
         try:
             await self._line.run(self._cancel_everything)
-            # Every live task is marked: the drive runs only their cancellation, so an
-            # unacknowledged configuration change (the resume gate) does not hold it.
-            self.scheduler.gate = None
-            await self.scheduler.drive(None)
+            # Every live task is marked. While a blocking configuration change waits for
+            # acknowledgement (the resume gate) the drive runs ONLY their cancellation,
+            # which starts no request; otherwise it is the ordinary drive.
+            gate = self.scheduler.gate
+            blocked = gate is not None and gate() is not None
+            await self.scheduler.drive(None, cancellation_only=blocked)
         finally:
             await self.close()
             self._shutdown.set()
@@ -611,9 +613,13 @@ class Harness:
         ``report.ok`` is False with ``report.breaks[0]`` at the first batch where an
         event was edited, removed, reordered or inserted; ``report.summary()`` says
         "verified N events through position P" otherwise. Events written before the chain
-        are reported as unchained until ``start_chain`` anchors them."""
+        are reported as unchained until ``start_chain`` anchors them. It reads the whole
+        log on the event loop; for a large session prefer ``pico.verify(url)``."""
         self._line.check_usable()
         self._line.flush()
+        # On the loop, not in a thread: this handle's storage is also its writer (a read
+        # flushes group-committed work). ``pico.verify(url)`` reads a large log in a
+        # thread on storage of its own while the owner goes on.
         return self._line.storage.verify_chain()
 
     async def start_chain(self) -> int:

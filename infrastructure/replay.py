@@ -64,6 +64,10 @@ from pico.projections.ops import project
 
 __all__ = ["MAX_ROWS", "RebuildReport", "ReplayReport", "TableDiff", "rebuild", "replay"]
 
+#: How long a rebuild waits for the database's write lock (a writing owner) before it gives
+#: up with ``StorageUnavailableError``.
+LOCK_TIMEOUT_S = 30
+
 #: At most this many differing rows are listed per table; the rest are counted.
 MAX_ROWS = 20
 
@@ -434,6 +438,10 @@ def _rebuild(url: str, session: str) -> RebuildReport:
 def _rebuild_sql(conn: Connection, session: str, where: str) -> RebuildReport:
     present = _require_session(conn, session)
     if conn.dialect.name == "postgresql":  # SQLite's BEGIN IMMEDIATE already holds it
+        # As long as SQLite's busy_timeout: a writer holding the lock longer makes this a
+        # StorageUnavailableError, never an endless wait. The lock holds off writers of
+        # every session in the database for the rebuild's length (one transaction).
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")
         conn.exec_driver_sql("LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE")
     replica = Replica(session)
     try:
@@ -502,7 +510,7 @@ def _writing_engine(url: str) -> tuple[Engine, str]:
         @sa_event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _rec: Any) -> None:
             dbapi_conn.isolation_level = None
-            dbapi_conn.execute("PRAGMA busy_timeout=30000")
+            dbapi_conn.execute(f"PRAGMA busy_timeout={LOCK_TIMEOUT_S * 1000}")
 
         @sa_event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
