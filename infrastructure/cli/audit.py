@@ -22,9 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pico.application.audit import AUDIT_COLUMNS, AUDIT_PAGE, AuditEntry, audit_records
-from pico.application.harness import Harness
-from pico.domain.errors import InvalidArgumentError
+from pico.domain.errors import InvalidArgumentError, UnknownSessionError
 from pico.infrastructure.cli.common import SessionOption, UrlArgument, UrlOption, location
+from pico.infrastructure.container import open_storage
 
 __all__ = ["AUDIT_PAGE", "Format", "audit", "register"]
 
@@ -205,11 +205,16 @@ async def audit(
         raise InvalidArgumentError(f"--limit must be 1 or more, got {limit!r}")
     filtered = any(x is not None for x in (conversation, task, events, since, until, before))
     printed = 0
-    async with await Harness.open(url, session=session, read_only=True) as h:
+    # Through the storage adapter, not a Harness: a session whose aggregates no longer
+    # load (the damage an auditor is looking for) is still exported event by event.
+    storage = open_storage(url, session=session, durability=None, read_only=True)
+    try:
+        if storage.count_events(after=0) == 0:
+            raise UnknownSessionError(session)
         shown = not quiet and err.isatty()
-        with _progress(lambda: h.audit_count(after=after), err, shown) as advance:
+        with _progress(lambda: storage.count_events(after=after), err, shown) as advance:
             records = audit_records(
-                h,
+                storage,
                 conversation=conversation,
                 task=task,
                 events=events,
@@ -226,7 +231,9 @@ async def audit(
                 if limit is not None and printed == limit:
                     # Unfiltered: one indexed count; filtered: the rest is read and counted.
                     remaining = (
-                        1 + sum(1 for _ in records) if filtered else h.audit_count(after=last)
+                        1 + sum(1 for _ in records)
+                        if filtered
+                        else storage.count_events(after=last)
                     )
                     writer.close()
                     what = "matching event" if filtered else "event"
@@ -241,6 +248,8 @@ async def audit(
                 printed += 1
                 last = entry.position
             writer.close()
+    finally:
+        storage.close()
     return printed
 
 

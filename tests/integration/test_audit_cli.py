@@ -213,3 +213,38 @@ def test_the_in_process_audit_takes_a_format(
         entries
     )
     assert out.getvalue().splitlines()[0] == ",".join(AUDIT_COLUMNS)
+
+
+def test_a_session_whose_conversation_no_longer_loads_is_still_exported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from pico.infrastructure.cli.app import app, run
+
+    db = tmp_path / "damaged.db"
+
+    async def write() -> None:
+        async with await pico.Harness.open(f"sqlite:///{db}") as h:
+            c = await h.root()
+            await c.append("user", "first")
+            await c.append("user", "second")
+
+    asyncio.run(write())
+    con = sqlite3.connect(db)
+    with con:  # the root conversation's second event: its stream now has a gap
+        (position,) = con.execute(
+            "SELECT id FROM pico_events WHERE topic LIKE '%Conversation.EntryAppended' "
+            "ORDER BY id LIMIT 1"
+        ).fetchone()
+        con.execute("DELETE FROM pico_events WHERE id = ?", (position,))
+        (left,) = con.execute("SELECT count(*) FROM pico_events").fetchone()
+    con.close()
+    # Check: the conversation no longer loads, so a Harness cannot open it ...
+    assert run(app, ["show", f"sqlite:///{db}"]) == 2
+    capsys.readouterr()
+    # ... but the auditor still reads every stored event, the gap visible by position.
+    assert run(app, ["audit", f"sqlite:///{db}", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == left
+    assert position not in [json.loads(line)["position"] for line in lines]
