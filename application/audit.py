@@ -22,7 +22,7 @@ from pico.domain.conversation import Conversation
 from pico.domain.errors import InvalidArgumentError, StorageCorruptError
 from pico.domain.ids import check_id, check_limit, check_optional_position, check_position
 from pico.domain.json import JsonObject, JsonValue, loads
-from pico.domain.session import Session
+from pico.domain.session import BOUNDARY_NAMES, Session
 from pico.domain.task import Task
 
 __all__ = [
@@ -72,7 +72,6 @@ JSON_TEXT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 #: A saved batch ends with its boundary: a command's Committed, or an opening's Claimed.
-_BOUNDARIES = ("Session.Committed", "Session.Claimed")
 
 
 class AuditSource(Protocol):
@@ -271,7 +270,7 @@ def _stream(
             progress(len(records))
         for r in records:
             batch.append(r)
-            if r.event not in _BOUNDARIES:
+            if r.event not in BOUNDARY_NAMES:
                 continue
             if r.event == "Session.Claimed":
                 claim = _claim_of(r)

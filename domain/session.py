@@ -16,7 +16,7 @@ from eventsourcing.domain import Aggregate, event
 from pico.domain.errors import CommandRejectedError, SequenceExhaustedError
 from pico.domain.ids import MAX_SEQ, session_uuid
 
-__all__ = ["MAIN", "Session"]
+__all__ = ["BOUNDARIES", "BOUNDARY_NAMES", "BOUNDARY_TOPICS", "MAIN", "Session"]
 
 #: The scope name of main (retained, historical) commits.
 MAIN = "main"
@@ -231,3 +231,11 @@ class Session(Aggregate):
             changes=changes,
             acknowledged=acknowledged,
         )
+
+
+#: The events that end a saved batch (its boundary): a command's ``Committed``, an
+#: opening's ``Claimed``. Storage seals the hash chain into them; readers cut the log there.
+BOUNDARIES = (Session.Committed, Session.Claimed)
+#: Their stored topics and audit names.
+BOUNDARY_TOPICS = frozenset(f"{cls.__module__}:{cls.__qualname__}" for cls in BOUNDARIES)
+BOUNDARY_NAMES = frozenset(cls.__qualname__ for cls in BOUNDARIES)

@@ -27,8 +27,18 @@ import pydantic_core
 from eventsourcing.persistence import StoredEvent
 
 from pico.application.chain import ChainBreak, ChainReport
+from pico.domain.session import BOUNDARY_TOPICS
 
-__all__ = ["PLACEHOLDER", "anchor_of", "chain_link", "paged", "seal_boundary", "verify_chain"]
+__all__ = [
+    "PLACEHOLDER",
+    "anchor_of",
+    "chain_link",
+    "paged",
+    "seal_boundary",
+    "stored_link",
+    "unlinked",
+    "verify_chain",
+]
 
 #: The algorithm's prefix; a later algorithm gets another.
 ALGORITHM = "sha256"
@@ -37,12 +47,6 @@ PLACEHOLDER = ALGORITHM + ":" + "0" * 64
 _KEY = b'"link":"'
 _PLACEHOLDER_FIELD = _KEY + PLACEHOLDER.encode() + b'"'
 
-_BOUNDARIES = frozenset(
-    {
-        "pico.domain.session:Session.Committed",
-        "pico.domain.session:Session.Claimed",
-    }
-)
 _CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
 
 
@@ -73,7 +77,7 @@ def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -
 def chain_link(previous: str, batch: Sequence[StoredEvent]) -> str:
     """The link a batch's boundary must carry: ``batch[-1]`` is the boundary, read with
     its link replaced by the placeholder."""
-    return _digest(previous, batch, _unlinked(batch[-1].state))
+    return _digest(previous, batch, unlinked(batch[-1].state))
 
 
 def seal_boundary(previous: str, batch: list[StoredEvent]) -> str:
@@ -93,7 +97,7 @@ def seal_boundary(previous: str, batch: list[StoredEvent]) -> str:
     return link
 
 
-def _unlinked(body: bytes) -> bytes:
+def unlinked(body: bytes) -> bytes:
     """A boundary body with its link (whatever it is) read as the placeholder."""
     start = body.find(_KEY)
     if start < 0:
@@ -202,7 +206,7 @@ def verify_chain(session: str, rows: Iterable[tuple[int, StoredEvent]]) -> Chain
     batch: list[tuple[int, StoredEvent]] = []
     for position, stored in rows:
         batch.append((position, stored))
-        if stored.topic in _BOUNDARIES:
+        if stored.topic in BOUNDARY_TOPICS:
             walk.batch(batch)
             batch = []
     if batch:
@@ -231,7 +235,7 @@ def anchor_of(rows: Iterable[tuple[int, StoredEvent]]) -> tuple[str, int, bool]:
         count += 1
         if stored.topic == _CHAIN_STARTED:
             unchained = False  # anchored already: only later unchained batches count
-        if stored.topic in _BOUNDARIES:
+        if stored.topic in BOUNDARY_TOPICS:
             if not stored_link(stored.state):
                 unchained = True
             full = chain_link(full, batch)

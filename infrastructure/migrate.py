@@ -38,7 +38,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -61,10 +60,10 @@ from pico.domain.errors import (
 )
 from pico.domain.ids import conversation_uuid, session_uuid, task_uuid
 from pico.infrastructure.chain import (
-    PLACEHOLDER,
     chain_link,
     seal_boundary,
     stored_link,
+    unlinked,
     verify_chain,
 )
 from pico.infrastructure.container import open_storage
@@ -483,13 +482,7 @@ class _Ids:
         return new
 
 
-_LINK = re.compile(rb'"link":"sha256:[0-9a-f]{64}"')
 _CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
-_PLACEHOLDER_FIELD = b'"link":"' + PLACEHOLDER.encode() + b'"'
-
-
-def _unlinked(body: bytes) -> bytes:
-    return _LINK.sub(_PLACEHOLDER_FIELD, body, count=1)
 
 
 class _Copier:
@@ -541,7 +534,7 @@ class _Copier:
                 )
             last = out[-1]
             out[-1] = StoredEvent(
-                last.originator_id, last.originator_version, last.topic, _unlinked(last.state)
+                last.originator_id, last.originator_version, last.topic, unlinked(last.state)
             )
             self.target_link = seal_boundary(self.target_link, out)
         else:
@@ -722,8 +715,8 @@ def _prove(
             want = (oid.hex, theirs[1].originator_version, theirs[1].topic, bytes(theirs[1].state))
             got = _key(mine)
             if not ids.same:  # links re-sealed for the new stream ids
-                want = (*want[:3], _unlinked(want[3]))
-                got = (*got[:3], _unlinked(got[3]))
+                want = (*want[:3], unlinked(want[3]))
+                got = (*got[:3], unlinked(got[3]))
             if want != got:
                 bodies = (
                     f"event {count} differs (target position {position}, source position "

@@ -19,7 +19,7 @@ from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityEr
 from pico.application.chain import ChainBreak, ChainReport
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
-from pico.domain.session import Session
+from pico.domain.session import BOUNDARIES
 from pico.domain.state import StateWrite
 from pico.infrastructure.chain import (
     PLACEHOLDER,
@@ -301,7 +301,7 @@ def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
 
 #: A saved batch ends with its boundary: a command's Committed, or an opening's Claimed
 #: (the audit replay and ``pico check`` both cut the log there).
-BATCH_END = (Session.Committed, Session.Claimed)
+BATCH_END = BOUNDARIES
 
 
 def aggregate_name(event: Any) -> str:
