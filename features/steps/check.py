@@ -32,11 +32,16 @@ def _report(checks: dict[str, Any]) -> pico.CheckReport:
     return reports[-1]
 
 
-def _sql(world: World, statement: str, **params: Any) -> None:
+def _engine(world: World) -> sa.Engine:
+    """An engine on the scenario's SQL database, behind pico's back (no pool)."""
     url = world.backend.url
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    return sa.create_engine(url, poolclass=sa.pool.NullPool)
+
+
+def _sql(world: World, statement: str, **params: Any) -> None:
+    engine = _engine(world)
     try:
         with engine.begin() as conn:
             changed = conn.execute(sa.text(statement), {"sid": world.backend.session, **params})

@@ -13,7 +13,7 @@ from eventsourcing.persistence import StoredEvent
 from pytest_bdd import parsers, then, when
 
 import pico
-from features.steps.check import _edit_journal, _memory, _sql, _stored_events
+from features.steps.check import _edit_journal, _engine, _memory, _sql, _stored_events
 from features.steps.library import World
 
 
@@ -72,10 +72,7 @@ def _tamper(world: World, name: str, *, remove: bool) -> None:
     if remove:
         _sql(world, "DELETE FROM pico_events WHERE session_id = :sid AND id = :id", id=position)
         return
-    url = world.backend.url
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    engine = _engine(world)
     try:
         with engine.connect() as conn:
             state = conn.execute(

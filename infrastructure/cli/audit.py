@@ -17,13 +17,18 @@ from typing import Annotated, Protocol, TextIO
 import typer
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from pico.application.audit import AUDIT_COLUMNS, AUDIT_PAGE, AuditEntry, audit_records
 from pico.domain.errors import InvalidArgumentError, UnknownSessionError
-from pico.infrastructure.cli.common import SessionOption, UrlArgument, UrlOption, location
+from pico.infrastructure.cli.common import (
+    SessionOption,
+    UrlArgument,
+    UrlOption,
+    location,
+    progress_bar,
+)
 from pico.infrastructure.container import open_storage
 
 __all__ = ["AUDIT_PAGE", "Format", "audit", "register"]
@@ -144,19 +149,12 @@ def _progress(
     total: Callable[[], int], err: TextIO, shown: bool
 ) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on ``err`` when ``shown`` (a terminal, not --quiet), else nothing."""
-    if not shown:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("pico audit"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(file=err),
-        transient=True,
-    )
-    with bar:
-        task = bar.add_task("events", total=total())
+    with progress_bar("pico audit", err, shown=shown) as shown_bar:
+        if shown_bar is None:
+            yield None
+            return
+        bar, task = shown_bar
+        bar.update(task, total=total())
         yield lambda n: bar.advance(task, n)
 
 

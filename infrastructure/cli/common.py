@@ -6,13 +6,31 @@ pieces live here rather than in ``app.py`` (no import cycle)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, TextIO
 
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 from pico.domain.errors import InvalidArgumentError
 
-__all__ = ["SessionOption", "UrlArgument", "UrlOption", "location", "one_line"]
+__all__ = [
+    "SessionOption",
+    "UrlArgument",
+    "UrlOption",
+    "location",
+    "one_line",
+    "progress_bar",
+]
 
 UrlArgument = Annotated[
     str | None,
@@ -48,3 +66,24 @@ def location(url: str | None, url_option: str | None) -> str:
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines too) as one space."""
     return " ".join(text.split()) or "(no message)"
+
+
+@contextmanager
+def progress_bar(
+    label: str, err: TextIO, *, shown: bool
+) -> Iterator[tuple[Progress, TaskID] | None]:
+    """A transient rich progress bar of events on ``err`` when ``shown`` (a terminal and
+    not ``--quiet``): ``(bar, task)`` to advance, or None. Never on piped output."""
+    if not shown:
+        yield None
+        return
+    bar = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=err),
+        transient=True,
+    )
+    with bar:
+        yield bar, bar.add_task("events", total=None)

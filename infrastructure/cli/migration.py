@@ -16,7 +16,6 @@ from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from pico.domain.errors import PicoError
 from pico.infrastructure.cli.common import (
@@ -25,6 +24,7 @@ from pico.infrastructure.cli.common import (
     UrlOption,
     location,
     one_line,
+    progress_bar,
 )
 
 __all__ = ["register"]
@@ -75,19 +75,11 @@ def _rebuild(
 
 @contextmanager
 def _bar(shown: bool, err: TextIO) -> Iterator[Callable[[int, int], None] | None]:
-    if not shown:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("pico migrate"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(file=err),
-        transient=True,
-    )
-    with bar:
-        task = bar.add_task("events", total=None)
+    with progress_bar("pico migrate", err, shown=shown) as shown_bar:
+        if shown_bar is None:
+            yield None
+            return
+        bar, task = shown_bar
 
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
