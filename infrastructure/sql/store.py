@@ -781,8 +781,13 @@ _INSERT_ELEMENT = (
     "INSERT INTO pico_context_elements (session_id, conversation_id, position, "
     "entry_id) VALUES (?, ?, ?, ?)"
 )
+# ORDER BY ... DESC LIMIT 1, not max(): PostgreSQL's generic plan for a prepared max()
+# (psycopg prepares a statement after its 5th run) aggregates over every element of the
+# conversation, so each append cost O(context) (2.4 -> 4.8 ms per commit over 4,000
+# appends); this form is a backward index probe in every plan (§7.2: "latest" is DESC LIMIT 1).
 _LAST_POSITION = (
-    "SELECT max(position) FROM pico_context_elements WHERE session_id = ? AND conversation_id = ?"
+    "SELECT position FROM pico_context_elements WHERE session_id = ? AND conversation_id = ? "
+    "ORDER BY position DESC LIMIT 1"
 )
 _PIVOT = (
     "SELECT position FROM pico_context_elements WHERE session_id = ? AND "

@@ -3,6 +3,7 @@ the work the database does: VM steps stay flat while terminal history grows tenf
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,43 @@ async def test_a_value_page_after_a_cursor_seeks_instead_of_walking_the_scope(
     # cursor condition walked them all (~10x).
     assert large < small * 1.3, (small, large)
     await h.close()
+
+
+async def test_an_append_finds_the_context_end_by_one_index_probe_in_a_generic_plan() -> None:
+    """PostgreSQL runs a prepared statement with a generic plan after its fifth execution
+    (psycopg prepares them): the query for the end of a conversation's context must probe
+    the index there too, not aggregate every element (each append was O(context))."""
+    import psycopg
+    import psycopg.sql
+
+    from pico.infrastructure.sql.store import _LAST_POSITION
+    from tests.backends import require_postgres
+
+    url = require_postgres("the generic plan of the context-end query")
+    session = f"plan-{uuid.uuid4().hex[:8]}"
+    async with await pico.Harness.open(url, session=session) as h:
+        c = await h.root()
+
+        def build(tx: pico.Command) -> None:
+            tx.append_context(c.id, [tx.append_entry(c.id, "user", f"m{i}") for i in range(300)])
+
+        await h.command(build)
+    query = _LAST_POSITION.replace("?", "%s")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE last_position(varchar, bigint) AS {query % ('$1', '$2')}")
+        explain = psycopg.sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE last_position({}, {})")
+        plan = conn.execute(
+            explain.format(psycopg.sql.Literal(session), psycopg.sql.Literal(c.id))
+        ).fetchone()
+    assert plan is not None
+
+    def scans(node: dict[str, Any]) -> list[dict[str, Any]]:
+        found = [node] if "Scan" in node["Node Type"] else []
+        for child in node.get("Plans", []):
+            found.extend(scans(child))
+        return found
+
+    (scan,) = scans(plan[0][0]["Plan"])
+    # Check: one index entry read, not all 300 of the conversation's elements.
+    assert scan["Actual Rows"] == 1, scan
