@@ -54,22 +54,26 @@ def _hex(oid: Any) -> bytes:
     return (oid if isinstance(oid, UUID) else UUID(str(oid))).hex.encode()
 
 
+#: Encoded topics (a few dozen event types): framing is on every commit's path.
+_TOPICS: dict[str, bytes] = {}
+
+
 def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -> str:
     """The link over ``batch`` (its boundary read as ``boundary_body``): one sha256 over
     the previous link and each event's framed stored body, joined once."""
     parts = [previous.encode()]
+    ids: dict[Any, bytes] = {}  # a batch's events share a few streams
     last = len(batch) - 1
     for i, stored in enumerate(batch):
         body = boundary_body if i == last else stored.state
-        parts.append(
-            b"%s %d %s %d\n"
-            % (
-                _hex(stored.originator_id),
-                stored.originator_version,
-                stored.topic.encode(),
-                len(body),
-            )
-        )
+        oid = stored.originator_id
+        hex_id = ids.get(oid)
+        if hex_id is None:
+            hex_id = ids[oid] = _hex(oid)
+        topic = _TOPICS.get(stored.topic)
+        if topic is None:
+            topic = _TOPICS[stored.topic] = stored.topic.encode()
+        parts.append(b"%s %d %s %d\n" % (hex_id, stored.originator_version, topic, len(body)))
         parts.append(body)
     return f"{ALGORITHM}:{hashlib.sha256(b''.join(parts)).hexdigest()}"
 
