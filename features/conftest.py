@@ -20,6 +20,7 @@ from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as f
 from features.steps.library import World
 from features.steps.migration import *  # noqa: F403
 from features.steps.opening import *  # noqa: F403
+from features.steps.recurrence import *  # noqa: F403
 from features.steps.resume_gate import *  # noqa: F403
 from features.steps.rewind import *  # noqa: F403
 from features.steps.schema_upgrades import *  # noqa: F403
