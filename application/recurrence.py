@@ -59,7 +59,7 @@ DEFAULT_GRACE = 60.0
 
 #: Cron only: how many older missed runs ``plan`` counts beyond the ones it launches before it
 #: stops walking back and reports ``skipped`` as a lower bound (``skipped_exact`` False).
-SKIPPED_WALK = 100
+SKIPPED_WALK = 10
 
 _FIELDS = ("every", "cron", "timezone", "until", "count", "missed", "catch_up_limit", "grace")
 _MAX_CRON_CHARS = 200

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pico.application import recurrence
@@ -351,13 +351,13 @@ def test_a_recurrence_is_frozen() -> None:
 
 # --- property --------------------------------------------------------------------------------
 
-times = st.floats(min_value=0.0, max_value=4e9, allow_nan=False, allow_infinity=False)
+times = st.floats(min_value=0.0, max_value=1e11, allow_nan=False, allow_infinity=False)
 
 
 @given(
     every=st.floats(min_value=0.001, max_value=1e6),
     last_due=times,
-    gap=st.floats(min_value=0.0, max_value=1e9),
+    gap=st.floats(min_value=0.0, max_value=1e11),
     policy=st.sampled_from(["skip", "once", "catch_up"]),
     limit=st.integers(min_value=1, max_value=50),
     grace=st.floats(min_value=0.0, max_value=1e4),
@@ -370,6 +370,33 @@ def test_interval_plans_are_ordered_past_and_bounded(
         missed=policy,
         catch_up_limit=limit if policy == "catch_up" else None,
         grace=grace if policy == "skip" else None,
+    )
+    now = last_due + gap
+    result = plan(rec, last_due=last_due, runs_done=0, now=now)
+    assert all(a < b for a, b in zip(result.due, result.due[1:], strict=False))
+    assert all(last_due < when <= now for when in result.due)
+    assert result.next_not_before is not None and result.next_not_before > now
+    assert len(result.due) <= rec.max_launch
+    assert result.skipped >= 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cron=st.sampled_from(["* * * * *", "*/7 3-5 * * *", "30 2 * * 1-5", "0 0 29 2 *"]),
+    zone=st.sampled_from([None, "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]),
+    last_due=st.floats(min_value=0.0, max_value=4e9),
+    gap=st.floats(min_value=0.0, max_value=1e9),
+    policy=st.sampled_from(["skip", "once", "catch_up"]),
+    limit=st.integers(min_value=1, max_value=20),
+)
+def test_cron_plans_are_ordered_past_and_bounded(
+    cron: str, zone: str | None, last_due: float, gap: float, policy: Any, limit: int
+) -> None:
+    rec = Recurrence(
+        cron=cron,
+        timezone=zone,
+        missed=policy,
+        catch_up_limit=limit if policy == "catch_up" else None,
     )
     now = last_due + gap
     result = plan(rec, last_due=last_due, runs_done=0, now=now)
