@@ -405,3 +405,13 @@ def test_cron_plans_are_ordered_past_and_bounded(
     assert result.next_not_before is not None and result.next_not_before > now
     assert len(result.due) <= rec.max_launch
     assert result.skipped >= 0
+
+
+def test_a_cron_match_at_until_is_not_due_but_one_just_before_it_is() -> None:
+    rec = Recurrence(cron="0 * * * *", until=5 * 3600.0, missed="catch_up", catch_up_limit=10)
+    result = plan(rec, last_due=0.0, runs_done=0, now=10 * 3600.0)
+    assert result == Plan(
+        due=tuple(k * 3600.0 for k in range(1, 5)), next_not_before=None, skipped=0
+    )
+    later = Recurrence(cron="0 * * * *", until=5 * 3600 + 0.5, missed="catch_up", catch_up_limit=10)
+    assert plan(later, last_due=0.0, runs_done=0, now=10 * 3600.0).due[-1] == 5 * 3600.0
