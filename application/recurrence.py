@@ -19,7 +19,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from pico.domain.errors import InvalidArgumentError
-from pico.domain.ids import MAX_ID, check_choice, check_limit
+from pico.domain.ids import (
+    MAX_ID,
+    _invalid,  # one wording for every argument error
+    check_choice,
+    check_limit,
+)
 from pico.domain.json import JsonObject, JsonValue, strict_json
 
 __all__ = [
@@ -63,13 +68,6 @@ SKIPPED_WALK = 10
 
 _FIELDS = ("every", "cron", "timezone", "until", "count", "missed", "catch_up_limit", "grace")
 _MAX_CRON_CHARS = 200
-
-
-def _invalid(what: str, value: object, rule: str) -> InvalidArgumentError:
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return InvalidArgumentError(f"{what} must be {rule}, got {shown} ({type(value).__name__})")
 
 
 def _seconds(value: object, what: str) -> float:

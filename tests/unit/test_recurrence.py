@@ -351,6 +351,16 @@ def test_a_recurrence_is_frozen() -> None:
 
 # --- property --------------------------------------------------------------------------------
 
+
+def assert_ordered_past_and_bounded(rec: Recurrence, *, last_due: float, now: float) -> None:
+    result = plan(rec, last_due=last_due, runs_done=0, now=now)
+    assert all(a < b for a, b in zip(result.due, result.due[1:], strict=False))
+    assert all(last_due < when <= now for when in result.due)
+    assert result.next_not_before is not None and result.next_not_before > now
+    assert len(result.due) <= rec.max_launch
+    assert result.skipped >= 0
+
+
 times = st.floats(min_value=0.0, max_value=1e11, allow_nan=False, allow_infinity=False)
 
 
@@ -371,13 +381,7 @@ def test_interval_plans_are_ordered_past_and_bounded(
         catch_up_limit=limit if policy == "catch_up" else None,
         grace=grace if policy == "skip" else None,
     )
-    now = last_due + gap
-    result = plan(rec, last_due=last_due, runs_done=0, now=now)
-    assert all(a < b for a, b in zip(result.due, result.due[1:], strict=False))
-    assert all(last_due < when <= now for when in result.due)
-    assert result.next_not_before is not None and result.next_not_before > now
-    assert len(result.due) <= rec.max_launch
-    assert result.skipped >= 0
+    assert_ordered_past_and_bounded(rec, last_due=last_due, now=last_due + gap)
 
 
 @settings(max_examples=60, deadline=None)
@@ -398,13 +402,7 @@ def test_cron_plans_are_ordered_past_and_bounded(
         missed=policy,
         catch_up_limit=limit if policy == "catch_up" else None,
     )
-    now = last_due + gap
-    result = plan(rec, last_due=last_due, runs_done=0, now=now)
-    assert all(a < b for a, b in zip(result.due, result.due[1:], strict=False))
-    assert all(last_due < when <= now for when in result.due)
-    assert result.next_not_before is not None and result.next_not_before > now
-    assert len(result.due) <= rec.max_launch
-    assert result.skipped >= 0
+    assert_ordered_past_and_bounded(rec, last_due=last_due, now=last_due + gap)
 
 
 def test_a_cron_match_at_until_is_not_due_but_one_just_before_it_is() -> None:
