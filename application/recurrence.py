@@ -21,9 +21,9 @@ from croniter import croniter
 from pico.domain.errors import InvalidArgumentError
 from pico.domain.ids import (
     MAX_ID,
-    _invalid,  # one wording for every argument error
     check_choice,
     check_limit,
+    invalid_argument,  # one wording for every argument error
 )
 from pico.domain.json import JsonObject, JsonValue, strict_json
 
@@ -74,7 +74,7 @@ def _seconds(value: object, what: str) -> float:
     """A finite number of seconds (an ``int`` or ``float``, never a bool), as a float."""
     if type(value) in (int, float) and math.isfinite(cast(float, value)):
         return float(cast(float, value))
-    raise _invalid(what, value, "a finite number of seconds (an int or float, not a bool)")
+    raise invalid_argument(what, value, "a finite number of seconds (an int or float, not a bool)")
 
 
 def _time(value: object, what: str) -> float:
@@ -82,7 +82,9 @@ def _time(value: object, what: str) -> float:
     when = _seconds(value, what)
     if 0 <= when <= MAX_TIME:
         return when
-    raise _invalid(what, value, f"epoch seconds from 0 to {MAX_TIME:.0f} (1970 to the year 9000)")
+    raise invalid_argument(
+        what, value, f"epoch seconds from 0 to {MAX_TIME:.0f} (1970 to the year 9000)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,7 +128,7 @@ class Recurrence:
         if self.every is not None:
             every = _seconds(self.every, "recurrence.every")
             if not MIN_EVERY <= every <= MAX_EVERY:
-                raise _invalid(
+                raise invalid_argument(
                     "recurrence.every",
                     self.every,
                     f"an interval from {MIN_EVERY} to {MAX_EVERY:.0e} seconds",
@@ -160,13 +162,15 @@ class Recurrence:
                 )
             grace = _seconds(self.grace, "recurrence.grace")
             if grace < 0:
-                raise _invalid("recurrence.grace", self.grace, "a finite number of seconds >= 0")
+                raise invalid_argument(
+                    "recurrence.grace", self.grace, "a finite number of seconds >= 0"
+                )
             object.__setattr__(self, "grace", grace)
 
     def _check_cron(self) -> None:
         expr = self.cron
         if type(expr) is not str or len(expr) > _MAX_CRON_CHARS or len(expr.split()) != 5:
-            raise _invalid(
+            raise invalid_argument(
                 "recurrence.cron",
                 expr,
                 "a 5-field cron expression 'minute hour day-of-month month day-of-week' "
@@ -175,7 +179,9 @@ class Recurrence:
         zone = self.timezone
         if zone is not None:
             if type(zone) is not str:
-                raise _invalid("recurrence.timezone", zone, "an IANA time zone name or None")
+                raise invalid_argument(
+                    "recurrence.timezone", zone, "an IANA time zone name or None"
+                )
             try:
                 ZoneInfo(zone)
             except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -221,7 +227,7 @@ class Recurrence:
                 or a field is invalid (as the constructor).
         """
         if not isinstance(data, dict):
-            raise _invalid("recurrence", data, "a JSON object of recurrence fields")
+            raise invalid_argument("recurrence", data, "a JSON object of recurrence fields")
         unknown = sorted(str(key) for key in data if key not in _FIELDS)
         if unknown:
             raise InvalidArgumentError(
@@ -294,7 +300,7 @@ def plan(rec: Recurrence, *, last_due: float, runs_done: int, now: float) -> Pla
     last_due = _time(last_due, "last_due")
     now = _time(now, "now")
     if type(runs_done) is not int or runs_done < 0:
-        raise _invalid("runs_done", runs_done, "an integer >= 0")
+        raise invalid_argument("runs_done", runs_done, "an integer >= 0")
     remaining = MAX_ID if rec.count is None else rec.count - runs_done
     if remaining <= 0:
         return Plan(due=(), next_not_before=None, skipped=0)

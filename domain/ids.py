@@ -22,6 +22,7 @@ __all__ = [
     "check_optional_position",
     "check_position",
     "conversation_uuid",
+    "invalid_argument",
     "session_uuid",
     "task_uuid",
 ]
@@ -48,7 +49,8 @@ def task_uuid(session_id: str, task_id: int) -> UUID:
 MAX_ID = 2**63 - 1
 
 
-def _invalid(what: str, value: object, rule: str) -> InvalidArgumentError:
+def invalid_argument(what: str, value: object, rule: str) -> InvalidArgumentError:
+    """The one wording of an argument error: "<what> must be <rule>, got <value> (<type>)"."""
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
@@ -61,18 +63,18 @@ def check_id(value: object, what: str) -> int:
     A well-formed id that does not exist is not an error here (lookups answer None)."""
     if type(value) is int and 0 < value <= MAX_ID:
         return value
-    raise _invalid(what, value, f"an integer id from 1 to {MAX_ID}")
+    raise invalid_argument(what, value, f"an integer id from 1 to {MAX_ID}")
 
 
 def check_ids(values: object, what: str) -> list[int]:
     """A collection of ids (a list, tuple, set or other iterable; never a str, bytes or
     mapping), each as ``check_id``; returns them as a new list."""
     if isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
-        raise _invalid(what, values, "a list, tuple or set of integer ids")
+        raise invalid_argument(what, values, "a list, tuple or set of integer ids")
     values = list(values)
     for i, value in enumerate(values):
         if not (type(value) is int and 0 < value <= MAX_ID):
-            raise _invalid(f"{what}[{i}]", value, f"an integer id from 1 to {MAX_ID}")
+            raise invalid_argument(f"{what}[{i}]", value, f"an integer id from 1 to {MAX_ID}")
     return values
 
 
@@ -85,7 +87,7 @@ def check_position(value: object, what: str) -> int:
     ``int`` from 0 (before the first commit) to 2**63 - 1."""
     if type(value) is int and 0 <= value <= MAX_ID:
         return value
-    raise _invalid(what, value, f"an integer position from 0 to {MAX_ID}")
+    raise invalid_argument(what, value, f"an integer position from 0 to {MAX_ID}")
 
 
 def check_optional_position(value: object, what: str) -> int | None:
@@ -96,11 +98,11 @@ def check_limit(value: object, what: str = "limit", *, maximum: int) -> int:
     """A page size: an ``int`` (never a bool or float) from 1 to ``maximum``."""
     if type(value) is int and 1 <= value <= maximum:
         return value
-    raise _invalid(what, value, f"an integer from 1 to {maximum}")
+    raise invalid_argument(what, value, f"an integer from 1 to {maximum}")
 
 
 def check_choice(value: object, what: str, choices: tuple[str, ...]) -> str:
     """A mode argument: one of ``choices`` (exact strings)."""
     if type(value) is str and value in choices:
         return value
-    raise _invalid(what, value, "one of " + ", ".join(repr(c) for c in choices))
+    raise invalid_argument(what, value, "one of " + ", ".join(repr(c) for c in choices))
