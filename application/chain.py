@@ -21,6 +21,10 @@ class ChainBreak:
     #: The batch's last position (its boundary).
     last: int
     message: str
+    #: ``link``: a batch does not match its link (or lost it); ``anchor``: anchored history
+    #: changed; ``tail``: events after the last boundary; ``decode``: an event that does not
+    #: decode or match its schema.
+    kind: str = "link"
 
     def __str__(self) -> str:
         return f"position {self.position}: {self.message}"

@@ -31,6 +31,7 @@ from pico.domain.session import BOUNDARY_TOPICS
 
 __all__ = [
     "PLACEHOLDER",
+    "ChainWalk",
     "anchor_of",
     "chain_link",
     "paged",
@@ -184,7 +185,7 @@ class _Walk:
             state = pydantic_core.from_json(stored.state)
             anchor, count = state["anchor"], state["events"]
         except (ValueError, KeyError, TypeError):
-            self._break(position, position, "the chain anchor does not decode")
+            self._break(position, position, "the chain anchor does not decode", "anchor")
             return
         if count != before or anchor != self.full:
             self._break(
@@ -193,39 +194,57 @@ class _Walk:
                 f"the history before the anchor at position {position} was changed since it "
                 f"was anchored ({count} events then, {before} now; their chain no longer "
                 "matches the anchor)",
+                "anchor",
             )
             return
         report.unchained = 0
         report.unchained_through = 0
         report.anchored_at = position
 
-    def _break(self, first: int, last: int, message: str) -> None:
-        self.report.breaks.append(ChainBreak(first, last, message))
+    def _break(self, first: int, last: int, message: str, kind: str = "link") -> None:
+        self.report.breaks.append(ChainBreak(first, last, message, kind))
+
+
+class ChainWalk:
+    """The chain recomputed one stored event at a time (``feed`` in storage order, then
+    ``finish``), for a reader that walks the log for other reasons too (``pico check``)."""
+
+    def __init__(self, session: str) -> None:
+        self.report = ChainReport(session)
+        self._walk = _Walk(self.report)
+        self._batch: list[tuple[int, StoredEvent]] = []
+
+    def feed(self, position: int, stored: StoredEvent) -> None:
+        self._batch.append((position, stored))
+        if stored.topic in BOUNDARY_TOPICS:
+            self._walk.batch(self._batch)
+            self._batch = []
+
+    def finish(self) -> ChainReport:
+        batch, report = self._batch, self.report
+        if batch:
+            # pico stores a batch with its boundary in one transaction: events after the
+            # last boundary were appended, or their boundary was removed.
+            report.tail = len(batch)
+            report.events += len(batch)
+            report.through = batch[-1][0]
+            self._walk._break(
+                batch[0][0],
+                batch[-1][0],
+                f"{len(batch)} event(s) at positions {batch[0][0]}-{batch[-1][0]} follow the "
+                "last commit boundary: their boundary was removed or they were appended",
+                "tail",
+            )
+            self._batch = []
+        return report
 
 
 def verify_chain(session: str, rows: Iterable[tuple[int, StoredEvent]]) -> ChainReport:
     """Recompute the chain over a session's stored events in storage order."""
-    report = ChainReport(session)
-    walk = _Walk(report)
-    batch: list[tuple[int, StoredEvent]] = []
+    walk = ChainWalk(session)
     for position, stored in rows:
-        batch.append((position, stored))
-        if stored.topic in BOUNDARY_TOPICS:
-            walk.batch(batch)
-            batch = []
-    if batch:
-        # pico stores a batch with its boundary in one transaction: events after the last
-        # boundary were appended, or their boundary was removed.
-        report.tail = len(batch)
-        report.events += len(batch)
-        report.through = batch[-1][0]
-        walk._break(
-            batch[0][0],
-            batch[-1][0],
-            f"{len(batch)} event(s) at positions {batch[0][0]}-{batch[-1][0]} follow the last "
-            "commit boundary: their boundary was removed or they were appended",
-        )
-    return report
+        walk.feed(position, stored)
+    return walk.finish()
 
 
 def anchor_of(rows: Iterable[tuple[int, StoredEvent]]) -> tuple[str, int, bool]:

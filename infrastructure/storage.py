@@ -256,7 +256,7 @@ class EventSourcedStorage:
                 try:
                     self._decode(position, stored)
                 except StorageCorruptError as exc:  # a break too: the walk goes on
-                    undecodable.append(ChainBreak(position, position, str(exc)))
+                    undecodable.append(ChainBreak(position, position, str(exc), "decode"))
                 yield position, stored
 
         report = verify_chain(self.session_id, decoded())

@@ -5,8 +5,9 @@ Opens the storage read-only at the driver level (SQLite ``mode=ro``; a PostgreSQ
 transaction; a JSONL journal through its ordinary read-only open, which takes no lock and
 writes nothing) and checks: SQLite's ``PRAGMA integrity_check``, that every event of the
 session decodes, that event versions are contiguous per aggregate, that the log ends with
-a batch boundary, and that the read model equals a replay of the events through the pure
-projector into a fresh in-memory read store, table by table. Damage a cheap open cannot
+a batch boundary, that every commit matches its hash chain link (``chain``), and that the
+read model equals a replay of the events through the pure projector into a fresh
+in-memory read store, table by table. Damage a cheap open cannot
 see (a read-model row changed behind pico's back, a deleted event row, an event body
 changed to other valid JSON, a damaged snapshot) is found here. Working-scope rows are not
 history (they are not events) and are left out of the comparison.
@@ -14,7 +15,8 @@ history (they are not events) and are left out of the comparison.
 A JSONL session has no stored read model: it is rebuilt from the journal on every open. Its
 journal is replayed and compared with the read model the session answers from: its live
 owner's, when that owner is in this process (so an event changed in the file behind the
-owner's back is found), else the one the read-only open built.
+owner's back is found), else the one the read-only open built; without an owner an event
+edited in the file is found by the hash chain.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pico.domain.errors import (
     StorageUnavailableError,
     UnknownSessionError,
 )
+from pico.infrastructure.chain import ChainWalk
 from pico.infrastructure.jsonl.journal import Journal
 from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import MemoryDatabase, named_database
@@ -164,9 +167,15 @@ class EventReplay:
     """Decodes the session's events in storage order, checks versions and boundaries, and
     hands each complete batch to ``sink`` (which projects it into the fresh store)."""
 
-    def __init__(self, findings: Findings, sink: Callable[[list[Any]], None]) -> None:
+    def __init__(
+        self, findings: Findings, sink: Callable[[list[Any]], None], *, chain: bool = False
+    ) -> None:
         self.findings = findings
         self.sink = sink
+        #: With ``chain``, the hash chain is recomputed in the same walk (``pico check``):
+        #: a batch that does not match its link, or anchored history that changed, is a
+        #: ``chain`` finding (a tail or an undecodable event is already its own finding).
+        self.chain = ChainWalk("") if chain else None
         self.mapper = make_mapper()
         self.count = 0
         self.decodable = True  # False once an event failed: the replay is incomplete
@@ -177,6 +186,8 @@ class EventReplay:
         self._last = 0
 
     def feed(self, position: int, stored: StoredEvent) -> None:
+        if self.chain is not None:
+            self.chain.feed(position, stored)
         self.count += 1
         self._last = position
         oid = UUID(str(stored.originator_id))
@@ -258,6 +269,10 @@ class EventReplay:
         )
 
     def finish(self) -> None:
+        if self.chain is not None:
+            for found in self.chain.finish().breaks:
+                if found.kind in ("link", "anchor"):
+                    self.findings.add("chain", str(found), found.position)
         if self._batch:
             self.findings.add(
                 "batch",
@@ -338,7 +353,7 @@ def _check_sql(engine: Engine, session: str, where: str, findings: Findings) -> 
         findings.add("storage", f"{where} cannot be opened: {_short(exc.orig)}")
         return 0
     replica = Replica(session)
-    replay = EventReplay(findings, replica.apply)
+    replay = EventReplay(findings, replica.apply, chain=True)
     try:
         with conn:
             if postgres:
@@ -639,7 +654,7 @@ def _check_log(
     """Replay an in-memory log (position = index + 1, as its audit numbers it), check the
     snapshots kept in ``snapshots``, and compare the replay with ``live``."""
     replica = MemoryReadStore(session)
-    replay = EventReplay(findings, lambda batch: replica.apply(project(batch)))
+    replay = EventReplay(findings, lambda batch: replica.apply(project(batch)), chain=True)
     for i, stored in enumerate(log):
         replay.feed(i + 1, stored)
     replay.finish()
@@ -706,7 +721,7 @@ def _check_damaged_journal(
         return CheckReport(session, 0, findings.result(), ())
     events = [e for batch in loaded.batches for e in batch.events]
     replica = MemoryReadStore(session)
-    replay = EventReplay(findings, lambda batch: replica.apply(project(batch)))
+    replay = EventReplay(findings, lambda batch: replica.apply(project(batch)), chain=True)
     for i, stored in enumerate(events):
         replay.feed(i + 1, stored)
     replay.finish()

@@ -37,7 +37,8 @@ def _check(
 
     The SQLite integrity check (every line of
     a JSONL journal parses), every event decodes, versions are contiguous, batches end with
-    their boundary, and the read model equals a replay of the events. Exit code 0: clean;
+    their boundary and match their hash chain link, and the read model equals a replay of
+    the events. Exit code 0: clean;
     1: findings, one per line; 2: the check could not run."""
     code = asyncio.run(check(location(url, url_option), session))
     if code:

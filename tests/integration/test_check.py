@@ -178,8 +178,11 @@ async def test_an_event_body_changed_to_other_valid_json_is_a_read_model_differe
         assert conn.total_changes > 0
     before = _sha(path)
     report = await pico.check(url, session="main")
-    assert _kinds(report) == ["read model"]
-    assert "Delete the parser" in report.findings[0].message  # what the events now say
+    # The edited event no longer matches its commit's link, and the read model no longer
+    # matches what the events say.
+    assert _kinds(report) == ["chain", "read model"]
+    assert "does not match its link" in report.findings[0].message
+    assert "Delete the parser" in report.findings[1].message  # what the events now say
     assert _sha(path) == before
 
 

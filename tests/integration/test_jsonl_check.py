@@ -230,17 +230,20 @@ async def test_an_event_changed_behind_a_live_owner_differs_from_the_owners_read
         assert (await pico.check(url, session="main")).ok
         _edit(directory, _entry_appended("Inspect the parser", "Delete the parser"))
         report = await pico.check(url, session="main")
-        assert _kinds(report) == ["read model"], [str(f) for f in report.findings]
-        message = report.findings[0].message
+        assert _kinds(report) == ["chain", "read model"], [str(f) for f in report.findings]
+        assert "does not match its link" in report.findings[0].message
+        message = report.findings[1].message
         assert "index _entries key 2" in message
         assert "Inspect the parser" in message and "Delete the parser" in message
         # Check: the owner still answers from what it committed, and keeps committing.
         await c.append("user", "still the owner")
         first = (await c.entries()).items[0]
         assert first.content == "Inspect the parser"
-    # Without a live owner the journal is the only stored form: a consistent edit of an
-    # event's body is then what the session says (there is no second copy to differ from).
-    assert (await pico.check(url, session="main")).ok
+    # Without a live owner the journal is the only stored form, so no read model differs:
+    # the hash chain still finds the edited event, at its commit.
+    report = await pico.check(url, session="main")
+    assert _kinds(report) == ["chain"], [str(f) for f in report.findings]
+    assert "does not match its link" in report.findings[0].message
 
 
 # --------------------------------------------------------------------------- errors
