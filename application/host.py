@@ -7,8 +7,8 @@ observes and terminates it. No OS calls here; ``pico.infrastructure.host`` imple
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, Literal, Protocol, Self
 
 from pico.domain.errors import InvalidArgumentError
 from pico.domain.ids import check_limit
@@ -116,51 +116,48 @@ class LaunchSpec:
         object.__setattr__(self, "log_cap", cap)
 
 
-def _wrong(what: str, key: str, kind: str, item: object) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"{what} field {key!r} must be {kind}, got {type(item).__name__}; "
-        "the stored value is not one this host wrote"
-    )
+#: The JSON types a record field may hold, by its annotation (the records below use only
+#: these), and how an error names them.
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "str": ((str,), "str"),
+    "int": ((int,), "int"),
+    "bool": ((bool,), "bool"),
+    "int | None": ((int, type(None)), "int or null"),
+}
 
 
-def _str(value: JsonObject, key: str, what: str) -> str:
-    item = value.get(key)
-    if type(item) is not str:
-        raise _wrong(what, key, "str", item)
-    return item
+class _Record:
+    """A frozen dataclass stored in a task's state as a JSON object: ``to_json`` writes
+    its fields, ``from_json`` reads them back, each checked against its annotation (an
+    exact type: a bool is not an int), so a stored value this host did not write is
+    ``InvalidArgumentError``, never a half-built record."""
 
+    _what: ClassVar[str]
 
-def _int(value: JsonObject, key: str, what: str) -> int:
-    item = value.get(key)
-    if type(item) is not int:
-        raise _wrong(what, key, "int", item)
-    return item
+    def to_json(self) -> JsonObject:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
-
-def _bool(value: JsonObject, key: str, what: str) -> bool:
-    item = value.get(key)
-    if type(item) is not bool:
-        raise _wrong(what, key, "bool", item)
-    return item
-
-
-def _get_optional_int(value: JsonObject, key: str, what: str) -> int | None:
-    item = value.get(key)
-    if item is None:
-        return None
-    if type(item) is not int:
-        raise _wrong(what, key, "int or null", item)
-    return item
-
-
-def _object(value: object, what: str) -> JsonObject:
-    if not isinstance(value, dict):
-        raise InvalidArgumentError(f"{what} must be a JSON object, got {type(value).__name__}")
-    return value
+    @classmethod
+    def from_json(cls, value: object) -> Self:
+        if not isinstance(value, dict):
+            raise InvalidArgumentError(
+                f"{cls._what} must be a JSON object, got {type(value).__name__}"
+            )
+        values: dict[str, object] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            types, kind = _KINDS[str(f.type)]
+            item = value.get(f.name)
+            if type(item) not in types:
+                raise InvalidArgumentError(
+                    f"{cls._what} field {f.name!r} must be {kind}, got "
+                    f"{type(item).__name__}; the stored value is not one this host wrote"
+                )
+            values[f.name] = item
+        return cls(**values)
 
 
 @dataclass(frozen=True)
-class LaunchIntent:
+class LaunchIntent(_Record):
     """Recorded by the job's ``spawning`` command BEFORE the process starts: the launch
     token (a uuid4 hex the wrapper carries on its command line), the log files and the
     status file the wrapper will write when the process exits, and the cap the logs obey.
@@ -172,30 +169,11 @@ class LaunchIntent:
     status_path: str
     log_cap: int
 
-    def to_json(self) -> JsonObject:
-        return {
-            "token": self.token,
-            "stdout_path": self.stdout_path,
-            "stderr_path": self.stderr_path,
-            "status_path": self.status_path,
-            "log_cap": self.log_cap,
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> LaunchIntent:
-        obj = _object(value, "a launch intent")
-        what = "launch intent"
-        return cls(
-            token=_str(obj, "token", what),
-            stdout_path=_str(obj, "stdout_path", what),
-            stderr_path=_str(obj, "stderr_path", what),
-            status_path=_str(obj, "status_path", what),
-            log_cap=_int(obj, "log_cap", what),
-        )
+    _what: ClassVar[str] = "a launch intent"
 
 
 @dataclass(frozen=True)
-class ProcessIdentity:
+class ProcessIdentity(_Record):
     """Recorded by ``running``: the supervising wrapper's pid, the process group its
     child runs in, the wrapper's start time as the OS reports it (Linux: field 22 of
     /proc/PID/stat, clock ticks since boot) and the boot it belongs to, and the launch
@@ -207,30 +185,11 @@ class ProcessIdentity:
     boot_id: str
     token: str
 
-    def to_json(self) -> JsonObject:
-        return {
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "start_ticks": self.start_ticks,
-            "boot_id": self.boot_id,
-            "token": self.token,
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> ProcessIdentity:
-        obj = _object(value, "a process identity")
-        what = "process identity"
-        return cls(
-            pid=_int(obj, "pid", what),
-            pgid=_int(obj, "pgid", what),
-            start_ticks=_int(obj, "start_ticks", what),
-            boot_id=_str(obj, "boot_id", what),
-            token=_str(obj, "token", what),
-        )
+    _what: ClassVar[str] = "a process identity"
 
 
 @dataclass(frozen=True)
-class ExitResult:
+class ExitResult(_Record):
     """How the process ended, as its wrapper recorded it: ``exit_code`` (a normal exit) or
     ``signal`` (the number that killed it), the log files, the bytes each stream produced,
     whether a log stopped at the cap, and a bounded tail of each stream: the last bytes of
@@ -247,36 +206,7 @@ class ExitResult:
     stdout_truncated: bool
     stderr_truncated: bool
 
-    def to_json(self) -> JsonObject:
-        return {
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "stdout_path": self.stdout_path,
-            "stderr_path": self.stderr_path,
-            "stdout_tail": self.stdout_tail,
-            "stderr_tail": self.stderr_tail,
-            "stdout_bytes": self.stdout_bytes,
-            "stderr_bytes": self.stderr_bytes,
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> ExitResult:
-        obj = _object(value, "an exit result")
-        what = "exit result"
-        return cls(
-            exit_code=_get_optional_int(obj, "exit_code", what),
-            signal=_get_optional_int(obj, "signal", what),
-            stdout_path=_str(obj, "stdout_path", what),
-            stderr_path=_str(obj, "stderr_path", what),
-            stdout_tail=_str(obj, "stdout_tail", what),
-            stderr_tail=_str(obj, "stderr_tail", what),
-            stdout_bytes=_int(obj, "stdout_bytes", what),
-            stderr_bytes=_int(obj, "stderr_bytes", what),
-            stdout_truncated=_bool(obj, "stdout_truncated", what),
-            stderr_truncated=_bool(obj, "stderr_truncated", what),
-        )
+    _what: ClassVar[str] = "an exit result"
 
 
 class ProcessHost(Protocol):

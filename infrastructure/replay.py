@@ -39,7 +39,6 @@ from pico.domain.errors import (
     StorageUnavailableError,
     UnknownSessionError,
 )
-from pico.infrastructure.jsonl.journal import Journal
 from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import named_database
 from pico.infrastructure.settings import mask_url, settings_for
@@ -53,6 +52,7 @@ from pico.infrastructure.verify import (
     RowDiff,
     diff_rows,
     has_session,
+    jsonl_journal,
     memory_diffs,
     session_events,
     sql_engine,
@@ -390,13 +390,7 @@ def _compare_log(
 
 
 def _replay_jsonl(directory: Path, session: str) -> ReplayReport:
-    if not directory.is_dir():
-        raise StorageUnavailableError(
-            f"there is no JSONL directory at {directory}; check the path (replay never creates one)"
-        )
-    journal = Journal(directory, session, fsync=False)
-    if not journal.main.exists():
-        raise UnknownSessionError(f"{session} (no journal at {journal.main})")
+    journal = jsonl_journal(directory, session, what="replay")
     owner = live_writer(directory, session)
     with owner.db.lock if owner is not None else nullcontext():
         store = JsonlStore(directory, session, durability="process", read_only=True)

@@ -676,20 +676,28 @@ def _check_log(
 # ------------------------------------------------------------------------------- JSONL
 
 
-def _check_jsonl(directory: Path, session: str, findings: Findings) -> CheckReport:
-    """Open the journal read-only (no lock, nothing written), replay its events and compare
-    them with the read model the session answers from. While a writer of this process owns
-    the session, its lock is held for the whole check, so no commit lands between reading
-    the file and comparing with the owner's read model."""
+def jsonl_journal(directory: Path, session: str, *, what: str) -> Journal:
+    """The session's journal in a JSONL store that must already exist (``what`` reads it
+    and never creates one): a missing directory or a file is ``StorageUnavailableError``,
+    a directory without the session's journal ``UnknownSessionError``."""
     if not directory.exists():
         raise StorageUnavailableError(
-            f"there is no JSONL directory at {directory}; check the path (check never creates one)"
+            f"there is no JSONL directory at {directory}; check the path ({what} never creates one)"
         )
     if not directory.is_dir():
         raise StorageUnavailableError(f"{directory} is a file; give the JSONL store's directory")
     journal = Journal(directory, session, fsync=False)
     if not journal.main.exists():
         raise UnknownSessionError(f"{session} (no journal at {journal.main})")
+    return journal
+
+
+def _check_jsonl(directory: Path, session: str, findings: Findings) -> CheckReport:
+    """Open the journal read-only (no lock, nothing written), replay its events and compare
+    them with the read model the session answers from. While a writer of this process owns
+    the session, its lock is held for the whole check, so no commit lands between reading
+    the file and comparing with the owner's read model."""
+    journal = jsonl_journal(directory, session, what="check")
     owner = live_writer(directory, session)
     with owner.db.lock if owner is not None else nullcontext():
         store = JsonlStore(directory, session, durability="process", read_only=True)

@@ -326,6 +326,20 @@ def test_records_round_trip_through_json(host: PosixProcessHost, tmp_path: Path)
         ProcessIdentity.from_json(
             {"pid": "1", "pgid": 1, "start_ticks": 1, "boot_id": "b", "token": "t"}
         )
+    # A bool is not an int, a missing field is refused, a non-object too.
+    with pytest.raises(InvalidArgumentError, match="'pgid' must be int, got bool"):
+        ProcessIdentity.from_json(
+            {"pid": 1, "pgid": True, "start_ticks": 1, "boot_id": "b", "token": "t"}
+        )
+    with pytest.raises(InvalidArgumentError, match="'token' must be str, got NoneType"):
+        ProcessIdentity.from_json({"pid": 1, "pgid": 1, "start_ticks": 1, "boot_id": "b"})
+    with pytest.raises(InvalidArgumentError, match="must be a JSON object, got list"):
+        LaunchIntent.from_json([])
+    # An exit by a signal stores no exit code: null reads back as None.
+    by_signal = {**result.to_json(), "exit_code": None, "signal": 9}
+    assert ExitResult.from_json(by_signal).signal == 9
+    with pytest.raises(InvalidArgumentError, match="'signal' must be int or null"):
+        ExitResult.from_json({**by_signal, "signal": "9"})
 
 
 def test_a_launched_job_runs_in_its_own_session_and_group(
