@@ -25,9 +25,13 @@ from pico.application.flows.inputs import (
     queue_address,
     set_results,
 )
-from pico.application.flows.subagent import launch
+from pico.application.flows.job import JobServices, create_job, job_spec
+from pico.application.flows.schedule import create_schedule, subagent_action
+from pico.application.flows.subagent import CONTEXTS, launch, offered_tools
+from pico.application.host import DEFAULT_GRACE, DEFAULT_LOG_CAP, LaunchSpec
 from pico.application.model import Message
 from pico.application.projection import Projection, project_context
+from pico.application.recurrence import Recurrence
 from pico.application.scheduler import DriveOutcome
 from pico.application.state import ConversationList, ConversationValue, Initialization
 from pico.domain.errors import (
@@ -36,8 +40,8 @@ from pico.domain.errors import (
     LiveWorkError,
     UnknownConversationError,
 )
-from pico.domain.ids import check_id, check_optional_id
-from pico.domain.json import JsonValue, dumps
+from pico.domain.ids import check_choice, check_id, check_optional_id
+from pico.domain.json import JsonValue, check_json, dumps
 from pico.domain.values import (
     ConversationSnapshot,
     Entry,
@@ -443,6 +447,114 @@ class ConversationHandle:
             )
         )
 
+    def _jobs(self) -> JobServices:
+        jobs = self.harness.jobs
+        if jobs is None:
+            raise CommandRejectedError(
+                "this harness was opened with its own 'job' definition; start such jobs "
+                "with harness.command(lambda tx: tx.create_task(...))"
+            )
+        return jobs
+
+    async def start_job(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        log_cap: int = DEFAULT_LOG_CAP,
+        grace: float = DEFAULT_GRACE,
+    ) -> int:
+        """Start a job: an OS process run in the background (§5.1, §8.7); returns its task id.
+
+        ONE command creates the job ``planned``; a drive (``harness.drive()``,
+        ``harness.wait_for(job)``) launches it: the launch intent (token, log and status
+        files) is committed before the process starts in its own session and process group,
+        then its verified identity (``running``), then ONE command with its result when it
+        exits: ``status`` exited | killed | lost | failed and ``state["result"]`` (exit code
+        or signal, log paths, bytes, tails). ``argv`` runs without a shell (pass ``("sh",
+        "-c", "...")`` for one); ``env`` is the whole environment (None: the harness's own;
+        it is stored in the task, so pass secrets through the harness's environment, not
+        here); ``log_cap`` is the bytes kept per stream; ``grace`` the seconds between
+        SIGTERM and SIGKILL when it is aborted.
+
+        A job is detached background work (§5.6): this conversation's ``drive()`` neither
+        waits for it nor aborts it; ``abort_background(job)`` stops it (SIGTERM, ``grace``,
+        SIGKILL) and records ``killed``. ``harness.close()`` leaves it running for the next
+        owner to adopt; ``harness.shutdown()`` stops it.
+
+        Raises:
+            InvalidArgumentError: a field is malformed (names it), or ``cwd`` is not an
+                existing directory; nothing is written.
+            CommandRejectedError: the harness runs its own ``job`` definition.
+        """
+        jobs = self._jobs()
+        spec = job_spec(argv, cwd=cwd, env=env, log_cap=log_cap, grace=grace)
+        return await self.harness.command(lambda tx: create_job(tx, jobs, self.id, spec))
+
+    async def schedule(
+        self,
+        recurrence: Recurrence,
+        *,
+        job: LaunchSpec | None = None,
+        grace: float = DEFAULT_GRACE,
+        prompt: JsonValue = None,
+        context: str = "fresh",
+        tools: Sequence[str] | None = None,
+    ) -> int:
+        """Start a recurring schedule S (§8.7); returns S, its one cancellation handle.
+
+        Each due time creates one action J: a job (``job=LaunchSpec(argv, ...)``, with
+        ``grace``) or a subagent answering ``prompt`` (``context``, ``tools`` as
+        ``spawn``). S waits for J to be terminal before it plans the next run, so at most
+        one J is live. After downtime ``recurrence.missed`` decides how many actions run:
+        ``skip`` (only a run still on time), ``once``, or ``catch_up`` (at most
+        ``catch_up_limit`` newest), never the whole backlog. ``harness.task(S).state`` holds
+        the recurrence, ``runs_done``, ``skipped``, ``last_run`` (J's outcome reference)
+        and ``outcomes`` (counts by J's status).
+
+        S is detached background work: ``abort_background(S)`` settles it ``aborted`` and
+        stops its unfinished J. It completes (``complete``) when the recurrence ends
+        (``until``, ``count``).
+
+        Raises:
+            InvalidArgumentError: not exactly one of ``job`` and ``prompt``; a malformed
+                recurrence or field; a recurrence with no run; nothing is written.
+            CommandRejectedError: a subagent action on a harness without a model provider.
+        """
+        if not isinstance(recurrence, Recurrence):
+            raise InvalidArgumentError(
+                f"recurrence must be a Recurrence (pico.Recurrence(every=...) or "
+                f"Recurrence(cron=...)), got {type(recurrence).__name__}"
+            )
+        if (job is None) == (prompt is None):
+            raise InvalidArgumentError(
+                "a schedule runs exactly one action: pass job=LaunchSpec(...) or prompt=..."
+            )
+        self._jobs()  # the built-in job kind is this harness's
+        if job is not None:
+            if not isinstance(job, LaunchSpec):
+                raise InvalidArgumentError(
+                    f"job must be a LaunchSpec (argv, cwd, env, log_cap), got {type(job).__name__}"
+                )
+            spec = job_spec(job.argv, cwd=job.cwd, env=job.env, log_cap=job.log_cap, grace=grace)
+            action: dict[str, JsonValue] = {"job": spec}
+        else:
+            services = self.harness.services
+            if services is None:
+                raise CommandRejectedError(
+                    "a subagent schedule needs a model provider: open the harness with "
+                    "Harness.open(provider=...)"
+                )
+            check_json(prompt, what="schedule prompt")
+            check_choice(context, "context", CONTEXTS)
+            offered = None if tools is None else list(offered_tools(services, tools))
+            action = subagent_action(prompt, context=context, tools=offered)
+        now = self.harness.scheduler.clock.now()
+        return await self.harness.command(
+            lambda tx: create_schedule(tx, self.id, recurrence, action, now=now)
+        )
+
     async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:
         """Execute work in this conversation and the conversations its tasks own. ``idle``
         when no required foreground work or selected cancellation remains; detached
@@ -534,20 +646,24 @@ class ConversationHandle:
                         f"task {task_id} is not live detached background work in conversation "
                         f"{self.id}; abort foreground work with conversation.abort()"
                     )
+            # Each root, its unfinished dependencies (a schedule's action J) and all live
+            # work in the conversations any of them owns (J's child, if it is a subagent).
             selected: set[int] = set()
             cache: dict[int, bool] = {}
             for root in roots:
-                selected.add(root.id)
-                stack = list(root.after)
+                stack = [root.id]
                 while stack:
-                    dep = stack.pop()
-                    if dep in by_id and dep not in selected:
-                        selected.add(dep)
-                        stack.extend(by_id[dep].after)
-                if root.owned_conversation_id is not None:
-                    for t in live:
-                        if scheduler.in_tree(t.conversation_id, root.owned_conversation_id, cache):
-                            selected.add(t.id)
+                    tid = stack.pop()
+                    if tid in selected or tid not in by_id:
+                        continue
+                    selected.add(tid)
+                    task = by_id[tid]
+                    stack.extend(task.after)
+                    owned = task.owned_conversation_id
+                    if owned is not None:
+                        stack.extend(
+                            t.id for t in live if scheduler.in_tree(t.conversation_id, owned, cache)
+                        )
             targets = sorted(i for i in selected if not by_id[i].abort_requested)
             for i in targets:
                 tx.request_abort(i)

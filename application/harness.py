@@ -21,13 +21,16 @@ from pico.application.flows import AgentServices, agent_definitions
 from pico.application.flows.approval import decide
 from pico.application.flows.common import TOOL_EXECUTION
 from pico.application.flows.inputs import cancel_every_queued_input
+from pico.application.flows.job import JobDefinition, JobServices, default_job_directory
+from pico.application.flows.schedule import ScheduleDefinition
 from pico.application.flows.tool import answer_held_call
 from pico.application.gate import ConfigurationGate, Fingerprint, fingerprint
 from pico.application.hooks import Hooks
+from pico.application.host import ProcessHost
 from pico.application.line import CommandLine
 from pico.application.model import ModelProvider
 from pico.application.ports import AuditRecord, ReadPort, Storage
-from pico.application.registry import get_storage_opener
+from pico.application.registry import get_host_factory, get_storage_opener
 from pico.application.scheduler import DriveOutcome, Scheduler
 from pico.application.state import (
     Address,
@@ -41,11 +44,13 @@ from pico.application.state import (
 from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.application.tools import Tool, ToolRegistry
 from pico.domain.errors import (
+    ClosedError,
     CommandRejectedError,
     ConfigurationError,
     InvalidArgumentError,
     ShuttingDownError,
     UnknownConversationError,
+    UnknownTaskError,
 )
 from pico.domain.ids import check_choice, check_id, check_limit, check_position
 from pico.domain.json import check_json
@@ -73,6 +78,7 @@ class Harness:
         self._line = line
         self.scheduler = Scheduler(line, clock or SystemClock())
         self.services: AgentServices | None = None
+        self.jobs: JobServices | None = None  # None: the job kinds are the caller's own
         line.on_commit = self.scheduler.committed
         # Set when shutdown() starts (public admission sealed); set() once it has closed.
         self._shutdown: asyncio.Event | None = None
@@ -101,6 +107,8 @@ class Harness:
         retry_delay: float = 2.0,
         context_budget: int | None = None,
         resume_reminder: str = "",
+        host: ProcessHost | None = None,
+        job_directory: str | None = None,
     ) -> Harness:
         """Open (or create) a session.
 
@@ -137,7 +145,14 @@ class Harness:
         budget changes are accepted and recorded (``Session.ConfigurationChanged``).
             definitions: the task definitions (a ``TaskRegistry`` or an iterable of
                 definitions). Opening for writing rejects live tasks whose kind or status no
-                definition knows, before anything runs.
+                definition knows, before anything runs. The built-in ``job`` and
+                ``schedule`` definitions are always registered unless you pass your own of
+                that kind.
+            host: the ``ProcessHost`` that runs jobs (default: the POSIX host, made when
+                the first job needs it; docs/jobs.md).
+            job_directory: where job logs and status files go (default: beside a SQLite
+                file, ``<db>.jobs/<session>``; in a JSONL directory, ``jobs/<session>``;
+                else under the temporary directory). Captured by each job at creation.
 
         Raises ``InvalidArgumentError`` (an unknown ``tool_execution``; nothing opened),
         ``InvalidArgumentError`` (``max_attempts`` not an int of at least 1, ``retry_delay``
@@ -178,6 +193,24 @@ class Harness:
             if isinstance(definitions, TaskRegistry)
             else TaskRegistry(definitions or ())
         )
+        if job_directory is not None and (
+            not isinstance(job_directory, str) or not job_directory or "\x00" in job_directory
+        ):
+            raise InvalidArgumentError(
+                f"job_directory must be a non-empty path (a str without NUL), got {job_directory!r}"
+            )
+        if host is not None and not all(
+            hasattr(host, name) for name in ("intend", "launch", "identify", "wait", "terminate")
+        ):
+            raise InvalidArgumentError(
+                f"host must be a ProcessHost (pico.application.host), not {type(host).__name__}"
+            )
+        clock = clock or SystemClock()  # one clock for the scheduler and every flow
+        own = set(registry.kinds())
+        jobs: JobServices | None = None
+        if "job" not in own:
+            jobs = JobServices(directory="", host=host, factory=get_host_factory())
+            registry.register(JobDefinition(jobs))
         services: AgentServices | None = None
         if provider is not None:
             # The built-in agent flows: generation, tool, post_tools (§8).
@@ -187,14 +220,17 @@ class Harness:
                 tools=ToolRegistry(tools),
                 model=model,
                 system=system,
-                clock=clock or SystemClock(),
+                clock=clock,
                 tool_execution=tool_execution,
                 max_attempts=max_attempts,
                 retry_delay=float(retry_delay),
                 context_budget=context_budget,
+                jobs=jobs,
             )
             for definition in agent_definitions(services):
                 registry.register(definition)
+        if "schedule" not in own and jobs is not None:
+            registry.register(ScheduleDefinition(jobs, clock, lambda: services))
         if not isinstance(storage, str) and not all(
             hasattr(storage, name) for name in ("session_id", "load", "save", "snapshot")
         ):
@@ -219,6 +255,9 @@ class Harness:
             )
             harness = cls(line, clock)
             harness.services = services
+            if jobs is not None:
+                jobs.directory = job_directory or default_job_directory(storage, store.session_id)
+                harness.jobs = jobs
             harness._gate = gate
             if gate is not None:
                 harness.scheduler.gate = gate.pending
@@ -247,6 +286,60 @@ class Harness:
         """Execute live work in every conversation tree until the session has no live task
         (``idle``), needs an outside event or permission (``suspended``), or closes."""
         return await self.scheduler.drive(None, permits=permits)
+
+    async def wait_for(
+        self, task_id: int, *, timeout: float | None = None, permits: Iterable[str] = ()
+    ) -> TaskSnapshot:
+        """Supervise the session until task ``task_id`` is terminal, and return its record.
+
+        Drives the whole session (as ``drive()``); while the drive is ``suspended`` because
+        only an outside event can make progress (a background job's exit, a decision), it
+        waits for one and drives again, so a job's exit is recorded as soon as it happens.
+        With ``timeout`` (seconds), returns the still-live record once it passes.
+
+        Raises:
+            InvalidArgumentError: ``task_id`` is not an id, or ``timeout`` not None or a
+                finite number >= 0.
+            UnknownTaskError: no such task.
+            ClosedError: the harness closed while waiting.
+        """
+        check_id(task_id, "task_id")
+        if timeout is not None and (
+            type(timeout) not in (int, float) or not math.isfinite(timeout) or timeout < 0
+        ):
+            raise InvalidArgumentError(
+                f"timeout must be None or a finite number of seconds >= 0, got {timeout!r}"
+            )
+        allowed = tuple(permits)
+        first = await self.task(task_id)
+        if first is None:
+            raise UnknownTaskError(task_id)
+
+        async def supervise() -> TaskSnapshot:
+            while True:
+                current = await self.task(task_id)
+                assert current is not None
+                if not current.live:
+                    return current
+                outcome = await self.scheduler.drive(None, permits=allowed)
+                current = await self.task(task_id)
+                assert current is not None
+                if not current.live:
+                    return current
+                if outcome == "closed":
+                    raise ClosedError(self.session_id)
+                # Suspended: subscribed with no await since the drive returned, so an
+                # observer's event (a process exit) cannot slip between.
+                await self.scheduler.next_change()
+
+        if timeout is None:
+            return await supervise()
+        try:
+            return await asyncio.wait_for(supervise(), timeout)
+        except TimeoutError:
+            found = await self.task(task_id)
+            assert found is not None
+            return found
 
     async def inspect(self) -> dict[str, list[TaskSnapshot]]:
         """Live tasks by role (ready / inflight / waiting)."""

@@ -6,6 +6,7 @@ observes and terminates it. No OS calls here; ``pico.infrastructure.host`` imple
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol, Self
@@ -15,7 +16,9 @@ from pico.domain.ids import check_limit
 from pico.domain.json import JsonObject
 
 __all__ = [
+    "DEFAULT_GRACE",
     "DEFAULT_LOG_CAP",
+    "MAX_GRACE",
     "MAX_LOG_CAP",
     "ExitResult",
     "LaunchIntent",
@@ -23,6 +26,7 @@ __all__ = [
     "ProcessHost",
     "ProcessIdentity",
     "ProcessState",
+    "check_grace",
     "check_launch_spec",
 ]
 
@@ -35,6 +39,25 @@ MAX_LOG_CAP = 2**40
 #: pid holds no process, or only its unreaped exit); or the pid now belongs to another
 #: process (a recycled pid, another boot, a different launch token).
 ProcessState = Literal["running", "exited", "gone"]
+
+
+#: Seconds between SIGTERM and SIGKILL when a job is aborted, unless it says otherwise.
+DEFAULT_GRACE = 5.0
+#: The longest grace a job may ask for: one hour.
+MAX_GRACE = 3600.0
+
+
+def check_grace(grace: object) -> float:
+    if (
+        type(grace) not in (int, float)
+        or not math.isfinite(grace)  # type: ignore[arg-type]
+        or not 0 <= grace <= MAX_GRACE  # type: ignore[operator]
+    ):
+        raise InvalidArgumentError(
+            f"grace must be a number of seconds from 0 to {MAX_GRACE:.0f} (the time between "
+            f"SIGTERM and SIGKILL when the job is aborted), got {grace!r}"
+        )
+    return float(grace)  # type: ignore[arg-type]
 
 
 def _text(value: object, what: str) -> str:
@@ -222,6 +245,15 @@ class ProcessHost(Protocol):
 
     def launch(self, spec: LaunchSpec, intent: LaunchIntent) -> ProcessIdentity:
         """Starts the process (once per intent) in its own session and process group."""
+        ...
+
+    def find(self, intent: LaunchIntent) -> ProcessIdentity | None:
+        """The running process launched for ``intent``, or None: how a later owner adopts a
+        job whose identity was never recorded (it died between launch and ``running``)."""
+        ...
+
+    def launched(self, intent: LaunchIntent) -> bool:
+        """Whether ``launch`` was ever called for ``intent`` (False: no process exists)."""
         ...
 
     def identify(self, identity: ProcessIdentity) -> ProcessState:

@@ -11,7 +11,7 @@ cron steps for a cron expression.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -249,12 +249,16 @@ class Plan:
         skipped: due times in the window that are not launched.
         skipped_exact: False when a cron walk stopped after ``SKIPPED_WALK`` older runs:
             ``skipped`` is then a lower bound ("at least").
+        latest: the newest due time in the window (launched or skipped), or ``None`` when
+            the window is empty: the next ``plan``'s ``last_due`` when nothing is launched,
+            so skipped runs are not counted again.
     """
 
     due: tuple[float, ...]
     next_not_before: float | None
     skipped: int
     skipped_exact: bool = True
+    latest: float | None = field(default=None, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -318,7 +322,11 @@ def plan(rec: Recurrence, *, last_due: float, runs_done: int, now: float) -> Pla
     else:
         after_or_none = after
     return Plan(
-        due=due, next_not_before=after_or_none, skipped=total - len(due), skipped_exact=exact
+        due=due,
+        next_not_before=after_or_none,
+        skipped=total - len(due),
+        skipped_exact=exact,
+        latest=newest[-1] if newest else None,
     )
 
 

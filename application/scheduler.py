@@ -58,6 +58,9 @@ class _Observer:
     events: list[Any] = field(default_factory=list)
     initial: bool = True  # the initial reconcile (event None) is still owed
     sealed: bool = False
+    # The event is certain to come without anyone acting (a running process's exit): a
+    # drive that needs this task waits for it instead of reporting ``suspended``.
+    promised: bool = False
 
 
 class Execution:
@@ -117,12 +120,19 @@ class Execution:
         self,
         subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
         reconcile: Reconcile,
+        *,
+        promised: bool = False,
     ) -> None:
         """Install a live-phase observer for this waiting task: ``subscribe(notify)`` is
         registered BEFORE an initial ``reconcile(None, ctx)``, so a condition already
         satisfied is not lost; later events queue and each reconciliation runs under the
-        task's claim with a fresh context. Phase exit, settlement or close seals it."""
-        self._scheduler.install_observer(self.task_id, subscribe, reconcile)
+        task's claim with a fresh context. Phase exit, settlement or close seals it.
+
+        ``promised=True`` says the event will come without anyone acting (a running
+        process's exit, not a human's decision): a drive that needs this task — required
+        foreground work of the driven conversation, or foreground work for a session
+        drive — waits for it instead of returning ``suspended``."""
+        self._scheduler.install_observer(self.task_id, subscribe, reconcile, promised=promised)
 
     async def working(self, build: Callable[[Any], T | Awaitable[T]]) -> T:
         """A working-scope command in this execution's own scope."""
@@ -191,6 +201,8 @@ class Scheduler:
         task_id: int,
         subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
         reconcile: Reconcile,
+        *,
+        promised: bool = False,
     ) -> None:
         task = self.line.storage.tasks.get_tasks([task_id]).get(task_id)
         if task is None or self.closed:
@@ -199,6 +211,7 @@ class Scheduler:
         if old is not None:
             self._seal(old)
         observer = _Observer(task_id, task.updated_seq, reconcile, lambda: None)
+        observer.promised = promised
 
         def notify(event: Any) -> None:
             if observer.sealed:
@@ -214,6 +227,14 @@ class Scheduler:
         if not observer.sealed:
             observer.sealed = True
             observer.unsubscribe()
+
+    async def next_change(self) -> None:
+        """Returns at the next commit, finished execution or observer event."""
+        future = self._subscribe()
+        try:
+            await future
+        finally:
+            self._waiters.discard(future)
 
     def _subscribe(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -383,7 +404,9 @@ class Scheduler:
                 elif task.role == "waiting" and (task.id, task.updated_seq) not in self._armed:
                     self._armed.add((task.id, task.updated_seq))
                     self._launch(task, "recover")
-            running = any(t.id in self.executing for t in live)
+            running = any(t.id in self.executing for t in live) or self._promised(
+                conversation_id, live
+            )
             drained = cancellation_only and not any(t.abort_requested for t in live)
             if drained or (
                 self._finished(conversation_id, live)
@@ -405,6 +428,23 @@ class Scheduler:
                 if timer is not None and not timer.done():
                     timer.cancel()
                 self._waiters.discard(changed)
+
+    def _promised(self, conversation_id: int | None, live: list[TaskSnapshot]) -> bool:
+        """Does an observer of needed work promise its event (a running process's exit)?
+        Needed: required foreground work of the driven conversation, or any foreground
+        work for a session drive. Detached background work is never waited for."""
+        promised = [o.task_id for o in self.observers.values() if o.promised and not o.sealed]
+        if not promised:
+            return False
+        by_id = {t.id: t for t in live}
+        cache: dict[int, bool] = {}
+        for task_id in promised:
+            task = by_id.get(task_id)
+            if task is None or not task.foreground:
+                continue
+            if conversation_id is None or self.required(task, conversation_id, cache):
+                return True
+        return False
 
     def _owns_live_work(self, task: TaskSnapshot, live: list[TaskSnapshot]) -> bool:
         """Does selected work remain in the conversation subtree this task owns (§6.5)?

@@ -75,6 +75,8 @@ class TaskExecution(Protocol):
         self,
         subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
         reconcile: Reconcile,
+        *,
+        promised: bool = False,
     ) -> None:
         """Install a live-phase observer for this waiting task (see ``pico.Execution``)."""
         ...

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
+from pico.application.host import DEFAULT_GRACE, DEFAULT_LOG_CAP, LaunchSpec, check_grace
 from pico.application.model import ToolSpec, Usage
 from pico.application.state import Initialization
 from pico.domain.errors import (
@@ -30,6 +31,7 @@ from pico.domain.ids import check_choice
 from pico.domain.json import JsonObject, JsonValue, check_json, strict_json
 
 __all__ = [
+    "JobDelegation",
     "Tool",
     "ToolArgumentsError",
     "ToolContext",
@@ -92,6 +94,37 @@ class ToolDelegation:
             object.__setattr__(self, "tools", tool_names(self.tools, "ToolDelegation.tools"))
 
 
+@dataclass(frozen=True)
+class JobDelegation:
+    """What a tool returns to hand its call to a job (§8.7, §9.3): an OS process run by
+    the harness's process host, committed with the tool's own next status.
+
+    ``background=False`` (foreground): ONE command creates the job J (foreground work of
+    this exchange) and moves the call to ``finishing`` after J; the conversation's drive
+    waits for the process to exit, then the call's result is how it ended and the tails of
+    its output (an error result unless it exited 0). ``background=True``: ONE command
+    creates J, writes the call's result naming J (``details["job"]``) and settles the call;
+    the exchange goes on while J runs (``harness.task(J)``, ``harness.wait_for(J)``).
+    The fields are ``conversation.start_job``'s, checked when this is built."""
+
+    argv: tuple[str, ...]
+    cwd: str | None = None
+    env: dict[str, str] | None = field(default=None, hash=False)
+    log_cap: int = DEFAULT_LOG_CAP
+    grace: float = DEFAULT_GRACE
+    background: bool = False
+
+    def __post_init__(self) -> None:
+        spec = LaunchSpec(self.argv, self.cwd, self.env, self.log_cap)
+        object.__setattr__(self, "argv", spec.argv)
+        object.__setattr__(self, "env", spec.env)
+        object.__setattr__(self, "grace", check_grace(self.grace))
+        if type(self.background) is not bool:
+            raise InvalidArgumentError(
+                f"JobDelegation.background must be True or False, got {self.background!r}"
+            )
+
+
 #: How a child conversation's context starts: only its prompt, or the parent's context so
 #: far (its last complete exchange) and then the prompt.
 CHILD_CONTEXTS = ("fresh", "inherit")
@@ -122,7 +155,7 @@ class ToolOutcome:
     handoff: JsonValue = None
     deferred: bool = False
     images: tuple[JsonObject, ...] = ()  # {"mime": ..., "data": base64}
-    delegation: ToolDelegation | None = None  # the call continues as a subagent
+    delegation: ToolDelegation | JobDelegation | None = None  # continues as a subagent/job
 
 
 class ToolContext:
@@ -213,14 +246,16 @@ class ToolContext:
         return out
 
 
-Execute = Callable[[JsonObject, ToolContext], Awaitable[str | ToolDelegation | None]]
+Execute = Callable[
+    [JsonObject, ToolContext], Awaitable[str | ToolDelegation | JobDelegation | None]
+]
 
 
 @dataclass(frozen=True)
 class Tool:
     """A capability offered to the model. ``execute(args, ctx)`` may return final text (or
-    write it through ``ctx.write``), or a ``ToolDelegation`` to continue the call as a
-    subagent; ordinary exceptions become error results.
+    write it through ``ctx.write``), or a ``ToolDelegation`` (``JobDelegation``) to continue
+    the call as a subagent (a job); ordinary exceptions become error results.
 
     ``sequential=True`` makes each call of this tool a barrier within its response (§5.4):
     it starts only after every earlier call of the same response has settled, and every
@@ -280,7 +315,7 @@ class Tool:
             final = await self.execute(args, ctx)
         except Exception as exc:
             return ctx.outcome(is_error=True, text=f"{type(exc).__name__}: {exc}")
-        if isinstance(final, ToolDelegation):
+        if isinstance(final, (ToolDelegation, JobDelegation)):
             outcome = ctx.outcome()
             outcome.delegation = final
             return outcome

@@ -23,6 +23,7 @@ from pico.application.hooks import (
     ToolDecision,
     YieldDecision,
 )
+from pico.application.host import ExitResult, LaunchSpec, ProcessHost
 from pico.application.model import (
     Deferred,
     Message,
@@ -39,7 +40,8 @@ from pico.application.model import (
 )
 from pico.application.ports import AuditRecord, Storage
 from pico.application.projection import Projection, project_context
-from pico.application.registry import set_storage_opener
+from pico.application.recurrence import Recurrence
+from pico.application.registry import set_host_factory, set_storage_opener
 from pico.application.scheduler import DriveOutcome, Execution, StaleExecutionError
 from pico.application.state import (
     ConversationList,
@@ -60,6 +62,7 @@ from pico.application.state import (
 )
 from pico.application.tasks import TaskDefinition, TaskExecution, TaskRegistry
 from pico.application.tools import (
+    JobDelegation,
     Tool,
     ToolArgumentsError,
     ToolContext,
@@ -122,6 +125,7 @@ from pico.domain.values import (
     ValuePage,
 )
 from pico.infrastructure.container import open_storage
+from pico.infrastructure.host import PosixProcessHost
 from pico.infrastructure.migrate import MigrationReport, migrate
 from pico.infrastructure.replay import RebuildReport, ReplayReport, TableDiff, rebuild, replay
 from pico.infrastructure.settings import PicoSettings
@@ -129,6 +133,7 @@ from pico.infrastructure.tamper import verify
 from pico.infrastructure.verify import CheckReport, Finding, RowDiff, check
 
 set_storage_opener(open_storage)
+set_host_factory(PosixProcessHost)
 
 #: The installed version (pyproject.toml's ``version``, read from the package metadata).
 __version__ = package_version()
@@ -162,6 +167,7 @@ __all__ = [
     "Entry",
     "ExchangeSplitError",
     "Execution",
+    "ExitResult",
     "FakeClock",
     "FauxDeferred",
     "FauxFailure",
@@ -177,8 +183,10 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidJsonError",
     "InvalidPositionError",
+    "JobDelegation",
     "JsonObject",
     "JsonValue",
+    "LaunchSpec",
     "ListElement",
     "LiveWorkError",
     "Message",
@@ -189,10 +197,13 @@ __all__ = [
     "PersistenceUncertainError",
     "PicoError",
     "PicoSettings",
+    "PosixProcessHost",
+    "ProcessHost",
     "Projection",
     "ProviderError",
     "ReadOnlyError",
     "RebuildReport",
+    "Recurrence",
     "ReplayReport",
     "Request",
     "RequestKeyConflictError",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pico.application.clock import Clock, SystemClock
 from pico.application.hooks import Hooks
@@ -16,6 +16,9 @@ from pico.application.projection import Projection, ProjectionCache
 from pico.application.tools import ToolRegistry
 from pico.domain.json import JsonValue
 from pico.domain.values import Entry, TaskSnapshot
+
+if TYPE_CHECKING:
+    from pico.application.flows.job import JobServices
 
 __all__ = [
     "TOOL_EXECUTION",
@@ -51,6 +54,7 @@ class AgentServices:
     active_tools: list[str] | None = None  # offered at first; None offers every tool
     context_budget: int | None = None  # estimated tokens; over it, collapse before a request
     tool_execution: str = "parallel"  # or "sequential": each call after the one before (§5.4)
+    jobs: JobServices | None = None  # the process host and log directory (job delegations)
 
 
 def ints(value: JsonValue) -> list[int]:

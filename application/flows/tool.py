@@ -18,7 +18,9 @@ makes it ``finishing``: its state says what it finishes from (``{"finish": {"den
 and ``_finish`` runs the result hooks and writes its result. A tool that returns a
 ``ToolDelegation`` continues as a subagent (``subagent.py``): foreground, the call is
 ``finishing`` after the owner S (``{"finish": {"subagent": S}}``) and its result is the
-child's answer; background, its result names S at once. ``answer_held_call`` moves
+child's answer; background, its result names S at once. A ``JobDelegation`` continues as a
+job (``job.py``) the same way: ``{"finish": {"job": J}}`` and its result is how the process
+ended with the tails of its output, or a result naming J at once. ``answer_held_call`` moves
 ``held`` to ``done``.
 """
 
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from pico.application.command import Command
 from pico.application.flows.approval import AWAITING_APPROVAL, LEGACY_APPROVAL, hold, migrate
 from pico.application.flows.common import AgentServices, append_frame, names, task_state
+from pico.application.flows.job import create_job, job_outcome_text, job_spec
 from pico.application.flows.subagent import launch, offered_tools
 from pico.application.hooks import ToolCall
 from pico.application.state import working_list
@@ -36,6 +39,7 @@ from pico.application.tasks import TaskDefinition, TaskExecution
 from pico.application.tools import (
     OUTPUT_CAP,
     TRUNCATED,
+    JobDelegation,
     ToolArgumentsError,
     ToolContext,
     ToolDelegation,
@@ -169,16 +173,29 @@ class ToolTaskDefinition(TaskDefinition):
         task: TaskSnapshot,
         ctx: TaskExecution,
         state: dict[str, JsonValue],
-        delegation: ToolDelegation,
+        delegation: ToolDelegation | JobDelegation,
     ) -> None:
-        """§5.5, §5.6: launch the subagent and move this call on, in ONE command.
+        """§5.5, §5.6: launch the subagent (or job) and move this call on, in ONE command.
         Foreground: ``{ create S; tool finishing after:[S] }``, and ``_finish`` reads S's
         result once S settles. Background: ``{ create S; tool result naming S; settle }``.
         A launch the subagent flow would refuse (an unregistered tool, a list in the
         values) is this call's error result instead; nothing is created."""
         services = self.services
-        try:  # by default the tools a new input is offered, without this tool
-            tools = offered_tools(services, delegation.tools, without=str(state.get("name")))
+        what = "job" if isinstance(delegation, JobDelegation) else "subagent"
+        try:
+            if isinstance(delegation, JobDelegation):
+                jobs = services.jobs
+                if jobs is None:
+                    raise CommandRejectedError("this harness runs no jobs")
+                spec = job_spec(
+                    delegation.argv,
+                    cwd=delegation.cwd,
+                    env=delegation.env,
+                    log_cap=delegation.log_cap,
+                    grace=delegation.grace,
+                )
+            else:  # by default the tools a new input is offered, without this tool
+                tools = offered_tools(services, delegation.tools, without=str(state.get("name")))
         except PicoError as exc:
             await self._result(
                 task, ctx, state, f"the delegation was refused: {exc}", is_error=True
@@ -189,31 +206,41 @@ class ToolTaskDefinition(TaskDefinition):
             if tx.abort_marked(task.id) is not False:
                 return  # cancellation won: the abort handler writes the call's result
             cid = task.conversation_id
-            owner = launch(
-                tx,
-                services,
-                cid,
-                delegation.prompt,
-                context=delegation.context,
-                values=delegation.values,
-                tools=tools,
-                foreground=not delegation.background,
-                spawned_by=task.id,
-            )
+            if isinstance(delegation, JobDelegation):
+                assert jobs is not None
+                owner = create_job(
+                    tx,
+                    jobs,
+                    cid,
+                    spec,
+                    foreground=not delegation.background,
+                    spawned_by=task.id,
+                )
+            else:
+                owner = launch(
+                    tx,
+                    services,
+                    cid,
+                    delegation.prompt,
+                    context=delegation.context,
+                    values=delegation.values,
+                    tools=tools,
+                    foreground=not delegation.background,
+                    spawned_by=task.id,
+                )
             if not delegation.background:
                 tx.patch_task(
                     task.id,
                     status="finishing",
                     after=[owner],
-                    state={**state, "finish": {"subagent": owner}},
+                    state={**state, "finish": {what: owner}},
                 )
                 return
-            child = tx.get_task(owner)
-            details: JsonObject = {
-                "subagent": owner,
-                "conversation": None if child is None else child.owned_conversation_id,
-            }
-            text = f"started subagent task {owner} in the background"
+            details: JsonObject = {what: owner}
+            if what == "subagent":
+                child = tx.get_task(owner)
+                details["conversation"] = None if child is None else child.owned_conversation_id
+            text = f"started {what} task {owner} in the background"
             entry = tx.append_entry(
                 cid,
                 "tool",
@@ -257,6 +284,18 @@ class ToolTaskDefinition(TaskDefinition):
         text = f"the subagent {words.get(owner.status, 'ended without an answer')}{why}"
         return ToolOutcome(text=text, is_error=owner.status != "stopped", details=details)
 
+    def _job_outcome(self, ctx: TaskExecution, job_id: int) -> ToolOutcome:
+        """A foreground job's result: how it ended and its output's tails (capped)."""
+        job = ctx.task(job_id)
+        if job is None or job.live:
+            return ToolOutcome(text=f"job task {job_id} has no outcome", is_error=True)
+        text, is_error = job_outcome_text(job)
+        if len(text) > OUTPUT_CAP:
+            text = text[:OUTPUT_CAP] + TRUNCATED
+        return ToolOutcome(
+            text=text, is_error=is_error, details={"job": job_id, "status": job.status}
+        )
+
     async def _finish(
         self, task: TaskSnapshot, ctx: TaskExecution, state: dict[str, JsonValue]
     ) -> None:
@@ -267,10 +306,13 @@ class ToolTaskDefinition(TaskDefinition):
         source = state.get("finish")
         denied = source.get("denied") if isinstance(source, dict) else None
         subagent = source.get("subagent") if isinstance(source, dict) else None
+        job = source.get("job") if isinstance(source, dict) else None
         if isinstance(denied, str):
             outcome = ToolOutcome(text=denied, is_error=True)
         elif isinstance(subagent, int):
             outcome = self._subagent_outcome(ctx, subagent)
+        elif isinstance(job, int):
+            outcome = self._job_outcome(ctx, job)
         else:  # a source this version does not know: never a fabricated success
             outcome = ToolOutcome(text=f"the tool cannot finish from {source!r}", is_error=True)
         await self._processed(task, ctx, state, _stored_call(task, state), outcome)

@@ -61,6 +61,22 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
+def _child_group(pid: int) -> int | None:
+    """The process group of ``pid``'s child (the wrapper runs exactly one), or None."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                text = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = text[text.rindex(b")") + 2 :].split()
+        if int(fields[1]) == pid:
+            return int(fields[2])
+    return None
+
+
 def read_tail(path: str, end: int, size: int) -> str:
     """The last ``size`` bytes before offset ``end`` of ``path`` (never more is read),
     decoded as UTF-8; a character the cut split is dropped, not shown as a replacement."""
@@ -216,6 +232,34 @@ class PosixProcessHost:
             boot_id=self._boot_id,
             token=intent.token,
         )
+
+    def find(self, intent: LaunchIntent) -> ProcessIdentity | None:
+        """The running wrapper that carries ``intent``'s token, found through /proc: how a
+        later owner adopts a process whose ``running`` command was never stored."""
+        mine = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == mine:
+                continue
+            pid = int(name)
+            args = _cmdline(pid)
+            if WRAPPER not in args or intent.token not in args:
+                continue
+            stat = proc_stat(pid)
+            if stat is None or stat[0] in ("Z", "X"):
+                return None  # it is ending: its status file will say how
+            return ProcessIdentity(
+                pid=pid,
+                pgid=_child_group(pid) or pid,
+                start_ticks=stat[1],
+                boot_id=self._boot_id,
+                token=intent.token,
+            )
+        return None
+
+    def launched(self, intent: LaunchIntent) -> bool:
+        """Were ``intent``'s log files created? ``launch`` creates them before starting
+        anything, so False means no process of this intent can exist."""
+        return os.path.exists(intent.stdout_path) or os.path.exists(intent.stderr_path)
 
     def identify(self, identity: ProcessIdentity) -> ProcessState:
         if identity.boot_id != self._boot_id:

@@ -413,3 +413,20 @@ def test_a_cron_match_at_until_is_not_due_but_one_just_before_it_is() -> None:
     )
     later = Recurrence(cron="0 * * * *", until=5 * 3600 + 0.5, missed="catch_up", catch_up_limit=10)
     assert plan(later, last_due=0.0, runs_done=0, now=10 * 3600.0).due[-1] == 5 * 3600.0
+
+
+def test_latest_is_the_newest_window_time_launched_or_skipped() -> None:
+    # A 10-minute outage with a one-minute interval under skip: nothing is on time, but
+    # the next plan starts after the newest missed time, so nothing is counted twice.
+    rec = Recurrence(every=60.0, missed="skip", grace=5.0)
+    missed = plan(rec, last_due=0.0, runs_done=0, now=630.0)
+    assert missed.due == () and missed.skipped == 10 and missed.latest == 600.0
+    again = plan(rec, last_due=missed.latest, runs_done=0, now=630.0)
+    assert again.skipped == 0 and again.latest is None
+    caught = plan(
+        Recurrence(every=60.0, missed="catch_up", catch_up_limit=3),
+        last_due=0.0,
+        runs_done=0,
+        now=630.0,
+    )
+    assert caught.due == (480.0, 540.0, 600.0) and caught.latest == 600.0
