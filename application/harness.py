@@ -9,7 +9,9 @@ durable and published. Commands for one conversation are on ``ConversationHandle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
@@ -315,17 +317,37 @@ class Harness:
         if first is None:
             raise UnknownTaskError(task_id)
 
+        async def terminal() -> TaskSnapshot | None:
+            current = await self.task(task_id)
+            assert current is not None
+            return None if current.live else current
+
         async def supervise() -> TaskSnapshot:
             while True:
-                current = await self.task(task_id)
-                assert current is not None
-                if not current.live:
-                    return current
-                outcome = await self.scheduler.drive(None, permits=allowed)
-                current = await self.task(task_id)
-                assert current is not None
-                if not current.live:
-                    return current
+                done = await terminal()
+                if done is not None:
+                    return done
+                # The drive may sleep towards a timer of other work (a schedule's next
+                # run) long after this task settled: it is watched commit by commit and
+                # cancelled once the task is terminal (a drive's cancellation only ends
+                # this caller's interest; executions go on).
+                drive = asyncio.ensure_future(self.scheduler.drive(None, permits=allowed))
+                try:
+                    while not drive.done():
+                        change = asyncio.ensure_future(self.scheduler.next_change())
+                        try:
+                            await asyncio.wait([drive, change], return_when=FIRST_COMPLETED)
+                        finally:
+                            change.cancel()
+                        done = await terminal()
+                        if done is not None:
+                            return done
+                    outcome = drive.result()
+                finally:
+                    if not drive.done():
+                        drive.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await drive
                 if outcome == "closed":
                     raise ClosedError(self.session_id)
                 # Suspended: subscribed with no await since the drive returned, so an
