@@ -487,9 +487,11 @@ class ConversationHandle:
             InvalidArgumentError: a field is malformed (names it), or ``cwd`` is not an
                 existing directory; nothing is written.
             CommandRejectedError: the harness runs its own ``job`` definition.
+            ConfigurationError: no process host can run here (not Linux, no ``host=``).
         """
         jobs = self._jobs()
         spec = job_spec(argv, cwd=cwd, env=env, log_cap=log_cap, grace=grace)
+        jobs.get_host()  # a machine that cannot run jobs says so now, writing nothing
         return await self.harness.command(lambda tx: create_job(tx, jobs, self.id, spec))
 
     async def schedule(
@@ -531,8 +533,9 @@ class ConversationHandle:
             raise InvalidArgumentError(
                 "a schedule runs exactly one action: pass job=LaunchSpec(...) or prompt=..."
             )
-        self._jobs()  # the built-in job kind is this harness's
+        jobs = self._jobs()  # the built-in job kind is this harness's
         if job is not None:
+            jobs.get_host()
             if not isinstance(job, LaunchSpec):
                 raise InvalidArgumentError(
                     f"job must be a LaunchSpec (argv, cwd, env, log_cap), got {type(job).__name__}"

@@ -118,8 +118,9 @@ def job_spec(
     grace: object = DEFAULT_GRACE,
 ) -> JsonObject:
     """A job's launch fields as the JSON its task stores, every one checked first
-    (``InvalidArgumentError`` naming the field). ``cwd`` must be an existing directory now;
-    the host checks it again at launch."""
+    (``InvalidArgumentError`` naming the field). ``cwd`` must be an existing directory now
+    (stored absolute, so a later owner started elsewhere launches in the same place); the
+    host checks it again at launch."""
     spec = LaunchSpec(argv, cwd, env, log_cap)  # type: ignore[arg-type]
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise InvalidArgumentError(
@@ -128,7 +129,7 @@ def job_spec(
         )
     return {
         "argv": list[JsonValue](spec.argv),
-        "cwd": spec.cwd,
+        "cwd": None if spec.cwd is None else os.path.abspath(spec.cwd),
         "env": None if spec.env is None else dict[str, JsonValue](spec.env),
         "log_cap": spec.log_cap,
         "grace": check_grace(grace),

@@ -187,6 +187,7 @@ class ToolTaskDefinition(TaskDefinition):
                 jobs = services.jobs
                 if jobs is None:
                     raise CommandRejectedError("this harness runs no jobs")
+                jobs.get_host()  # ConfigurationError where no host can run
                 spec = job_spec(
                     delegation.argv,
                     cwd=delegation.cwd,
