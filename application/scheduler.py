@@ -245,9 +245,11 @@ class Scheduler:
     def live_tasks(self, conversation_id: int | None) -> list[TaskSnapshot]:
         return self._live(conversation_id)[0]
 
-    def _live(self, conversation_id: int | None) -> tuple[list[TaskSnapshot], set[int]]:
+    def _live(
+        self, conversation_id: int | None, *, state: bool = True
+    ) -> tuple[list[TaskSnapshot], set[int]]:
         """The live tasks in scope, and the ids of every live task of the session."""
-        out = self.line.storage.tasks.live_tasks()  # never terminal history
+        out = self.line.storage.tasks.live_tasks(state=state)  # never terminal history
         ids = {t.id for t in out}
         if conversation_id is None:
             return out, ids
@@ -346,7 +348,8 @@ class Scheduler:
             with self.line.storage.snapshot():  # one snapshot for the whole pass
                 # A dependency is satisfied when terminal (§5.3): in this snapshot, exactly
                 # when it is not among the session's live tasks, so no dependency is read.
-                live, session_live = self._live(conversation_id)
+                # Metadata only: a pass decodes no task state; a launch reads its task.
+                live, session_live = self._live(conversation_id, state=False)
                 if conversation_id is not None:
                     owner = self.marked_owner(conversation_id)
                     if owner is not None:
@@ -494,6 +497,12 @@ class Scheduler:
         claim.job = asyncio.ensure_future(run())
 
     def _launch(self, task: TaskSnapshot, mode: Mode) -> None:
+        # The pass read metadata only: the definition gets the whole record, read now,
+        # before anything awaits, so it is the record the pass decided on.
+        full = self.line.storage.tasks.get_tasks([task.id]).get(task.id)
+        if full is None:
+            return
+        task = full
         claim = _Claim(task.id, mode)  # claimed before launching (§6.3)
         self.executing[task.id] = claim
         claim.job = asyncio.ensure_future(self._run(task, claim))

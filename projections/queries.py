@@ -599,14 +599,14 @@ class StateQueries:
         return ValuePage(items, head, (rows[-1][0], rows[-1][1]) if more and rows else None)
 
 
-def _task(r: TaskRow) -> TaskSnapshot:
+def _task(r: TaskRow, state: bool = True) -> TaskSnapshot:
     return TaskSnapshot(
         id=r.id,
         conversation_id=r.conversation_id,
         kind=r.kind,
         status=r.status,
         role=r.role,
-        state=loads(r.state),
+        state=loads(r.state) if state else None,
         after=tuple(r.after),
         foreground=r.foreground,
         spawned_by=r.spawned_by,
@@ -673,9 +673,11 @@ class TaskQueries:
         head = meta.head if meta else 0
         return Page(tuple(_task(r) for r in rows), head, rows[-1].id if more and rows else None)
 
-    def live_tasks(self) -> list[TaskSnapshot]:
+    def live_tasks(self, *, state: bool = True) -> list[TaskSnapshot]:
         """Every live task of the session in id order (the scheduler's pass): partial-index
-        pages of 500 in one snapshot, never terminal history."""
+        pages of 500 in one snapshot, never terminal history. ``state=False`` leaves each
+        ``state`` undecoded (None): the scheduling metadata only, for a pass that reads the
+        whole record of just the tasks it launches."""
         out: list[TaskSnapshot] = []
         after: int | None = None
         with self.store.read():
@@ -692,7 +694,7 @@ class TaskQueries:
                     order="asc",
                     limit=500,
                 )
-                out.extend(_task(r) for r in rows)
+                out.extend(_task(r, state) for r in rows)
                 if len(rows) < 500:
                     return out
                 after = rows[-1].id
