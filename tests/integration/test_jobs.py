@@ -19,6 +19,9 @@ from tests.backends import Backend
 
 #: Long enough never to end by itself within a test; every use is stopped or released.
 FOREVER = 30
+#: Seconds a wait may take before the test fails: generous, since the machine may be busy;
+#: the tests pass in milliseconds when the code is right.
+TIMEOUT = 10.0
 
 
 def _state(task: pico.TaskSnapshot | None) -> dict[str, Any]:
@@ -60,7 +63,7 @@ def _alive(pid: int) -> bool:
     return text[text.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
-async def _until(predicate: Any, timeout: float = 5.0) -> None:
+async def _until(predicate: Any, timeout: float = TIMEOUT) -> None:
     """Poll a cheap condition (a file appearing, a process ending) without a fixed sleep."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -71,7 +74,7 @@ async def _until(predicate: Any, timeout: float = 5.0) -> None:
 async def _running(h: pico.Harness, job: int) -> pico.TaskSnapshot:
     """Drive the session until the background job runs: the drive then only waits for its
     exit, an outside event, and reports ``suspended``."""
-    assert await asyncio.wait_for(h.drive(), 5) == "suspended"
+    assert await asyncio.wait_for(h.drive(), TIMEOUT) == "suspended"
     task = await h.task(job)
     assert task is not None and task.status == "running"
     return task
@@ -86,7 +89,7 @@ async def test_a_job_that_exits_records_its_code_output_and_every_status(
     job = await c.start_job(("sh", "-c", "echo out; echo err >&2; exit 3"))
     planned = await h.task(job)
     assert planned is not None and planned.status == "planned" and planned.kind == "job"
-    done = await h.wait_for(job, timeout=5)
+    done = await h.wait_for(job, timeout=TIMEOUT)
     assert done.status == "exited"
     result = _result(done)
     assert result["exit_code"] == 3 and result["signal"] is None
@@ -119,7 +122,7 @@ async def test_a_job_killed_by_a_signal_from_inside_is_exited_with_that_signal(
     h = await _open(backend, tmp_path)
     c = await h.root()
     job = await c.start_job(("sh", "-c", "kill -9 $$"))
-    done = await h.wait_for(job, timeout=5)
+    done = await h.wait_for(job, timeout=TIMEOUT)
     assert done.status == "exited"
     assert _result(done)["signal"] == 9 and _result(done)["exit_code"] is None
     await h.close()
@@ -133,7 +136,7 @@ async def test_output_beyond_the_log_cap_is_counted_but_not_kept(
     job = await c.start_job(
         ("sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a; echo small >&2"), log_cap=100
     )
-    done = await h.wait_for(job, timeout=5)
+    done = await h.wait_for(job, timeout=TIMEOUT)
     assert done.status == "exited" and _result(done)["exit_code"] == 0
     result = _result(done)
     assert result["stdout_truncated"] is True and result["stdout_bytes"] == 5000
@@ -144,19 +147,92 @@ async def test_output_beyond_the_log_cap_is_counted_but_not_kept(
     await h.close()
 
 
+async def test_a_job_runs_its_argv_in_its_cwd_with_exactly_its_env(
+    backend: Backend, tmp_path: Path
+) -> None:
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    job = await c.start_job(
+        ("sh", "-c", 'echo "$FOO:${HOME:-unset}"; pwd'), cwd=str(tmp_path), env={"FOO": "bar"}
+    )
+    done = await h.wait_for(job, timeout=TIMEOUT)
+    assert done.status == "exited"
+    assert _result(done)["stdout_tail"] == f"bar:unset\n{tmp_path}\n"
+    await h.close()
+
+
+async def test_a_program_that_cannot_be_found_exits_127_with_the_reason_on_stderr(
+    backend: Backend, tmp_path: Path
+) -> None:
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    job = await c.start_job(("pico-no-such-program",))
+    done = await h.wait_for(job, timeout=TIMEOUT)
+    assert done.status == "exited" and _result(done)["exit_code"] == 127
+    assert "cannot run 'pico-no-such-program'" in _result(done)["stderr_tail"]
+    await h.close()
+
+
+async def test_background_jobs_run_at_the_same_time(backend: Backend, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    jobs = [await c.start_job(_gated(go, then=f"exit {n}")) for n in (1, 2, 3)]
+    assert await asyncio.wait_for(h.drive(), TIMEOUT) == "suspended"
+    found = await h.get_tasks(jobs)
+    assert [found[j].status for j in jobs] == ["running"] * 3  # none waits for another
+    assert len({_state(found[j])["identity"]["pid"] for j in jobs}) == 3
+    go.touch()
+    done = [await h.wait_for(j, timeout=TIMEOUT) for j in jobs]
+    assert [_result(t)["exit_code"] for t in done] == [1, 2, 3]
+    await h.close()
+
+
 # ---------------------------------------------------------------------- abort
+async def test_aborting_a_job_before_it_starts_kills_it_with_no_process(
+    backend: Backend, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    job = await c.start_job(("sh", "-c", f"echo ran > '{ran}'"))
+    assert await c.abort_background(job) == [job]
+    done = await h.wait_for(job, timeout=TIMEOUT)
+    assert done.status == "killed"
+    assert _state(done)["reason"] == "cancelled before it started"
+    assert "intent" not in _state(done) and "result" not in _state(done)
+    assert _statuses(h, job) == ["planned", "killed"]
+    assert not ran.exists() and not (tmp_path / "jobs").exists()
+    await h.close()
+
+
+async def test_aborting_a_settled_job_is_refused_and_writes_nothing(
+    backend: Backend, tmp_path: Path
+) -> None:
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    job = await c.start_job(("true",))
+    assert (await h.wait_for(job, timeout=TIMEOUT)).status == "exited"
+    head = h.head()
+    with pytest.raises(pico.CommandRejectedError, match=f"task {job} is not live"):
+        await c.abort_background(job)
+    assert h.head() == head
+    assert (await h.wait_for(job, timeout=TIMEOUT)).status == "exited"  # a settled job: at once
+    await h.close()
+
+
 async def test_aborting_a_running_job_stops_it_with_sigterm_well_within_the_grace(
     backend: Backend, tmp_path: Path
 ) -> None:
     h = await _open(backend, tmp_path)
     c = await h.root()
-    job = await c.start_job(("sleep", str(FOREVER)))  # default grace: 5 s
+    job = await c.start_job(("sleep", str(FOREVER)), grace=60)
     pid = _state(await _running(h, job))["identity"]["pid"]
     assert _alive(pid)
     started = time.monotonic()
     assert await c.abort_background(job) == [job]
-    done = await h.wait_for(job, timeout=5)
-    assert time.monotonic() - started < 2.0
+    done = await h.wait_for(job, timeout=TIMEOUT)
+    assert time.monotonic() - started < TIMEOUT  # SIGTERM ended it, not SIGKILL after 60 s
     assert done.status == "killed"
     assert _result(done)["signal"] == 15 and _result(done)["exit_code"] is None
     assert not _alive(pid)
@@ -173,10 +249,10 @@ async def test_a_job_that_ignores_sigterm_is_killed_after_its_grace(
     await _running(h, job)
     started = time.monotonic()
     await c.abort_background(job)
-    done = await h.wait_for(job, timeout=5)
+    done = await h.wait_for(job, timeout=TIMEOUT)
     elapsed = time.monotonic() - started
     assert done.status == "killed" and _result(done)["signal"] == 9
-    assert 0.3 <= elapsed < 2.0
+    assert 0.3 <= elapsed < TIMEOUT
     await h.close()
 
 
@@ -185,7 +261,7 @@ async def test_shutdown_stops_a_running_background_job(backend: Backend, tmp_pat
     c = await h.root()
     job = await c.start_job(("sleep", str(FOREVER)))
     pid = _state(await _running(h, job))["identity"]["pid"]
-    await asyncio.wait_for(h.shutdown(), 5)
+    await asyncio.wait_for(h.shutdown(), TIMEOUT)
     assert not _alive(pid)
     again = await _open(backend, tmp_path)
     done = await again.task(job)
@@ -208,7 +284,7 @@ async def test_close_leaves_a_job_running_and_the_next_owner_adopts_it_without_a
     still = await again.wait_for(job, timeout=0.2)  # adopted: observed, not relaunched
     assert still.status == "running" and _state(still)["identity"] == identity
     go.touch()
-    done = await again.wait_for(job, timeout=5)
+    done = await again.wait_for(job, timeout=TIMEOUT)
     assert done.status == "exited" and _result(done)["exit_code"] == 4
     assert starts.read_text() == "started\n"  # exactly one process ran
     assert _statuses(again, job) == ["planned", "spawning", "running", "exited"]
@@ -229,7 +305,7 @@ async def test_reopening_after_the_job_exited_unwatched_recovers_its_exit_code(
     await _until(status.exists)  # the wrapper wrote its status while nobody watched
     await _until(lambda: not _alive(state["identity"]["pid"]))
     again = await _open(backend, tmp_path)
-    done = await again.wait_for(job, timeout=5)
+    done = await again.wait_for(job, timeout=TIMEOUT)
     assert done.status == "exited"
     assert _result(done)["exit_code"] == 7 and _result(done)["stdout_tail"] == "finished\n"
     assert _statuses(again, job) == ["planned", "spawning", "running", "exited"]
@@ -245,11 +321,11 @@ async def test_a_running_background_job_suspends_a_session_drive_but_not_a_conve
     c = await h.root()
     job = await c.start_job(_gated(go))
     await _running(h, job)  # the session drive: "suspended"
-    assert await asyncio.wait_for(c.drive(), 5) == "idle"  # detached: not waited for
+    assert await asyncio.wait_for(c.drive(), TIMEOUT) == "idle"  # detached: not waited for
     task = await h.task(job)
     assert task is not None and task.status == "running"
     go.touch()
-    done = await h.wait_for(job, timeout=5)
+    done = await h.wait_for(job, timeout=TIMEOUT)
     assert done.status == "exited" and _result(done)["exit_code"] == 0
     await h.close()
 
@@ -280,7 +356,7 @@ async def _foreground_job_running(h: pico.Harness, c: pico.ConversationHandle) -
                 return jobs[0]
             await asyncio.sleep(0.005)
 
-    return await asyncio.wait_for(running(), 5)
+    return await asyncio.wait_for(running(), TIMEOUT)
 
 
 async def _tool_results(c: pico.ConversationHandle) -> list[Any]:
@@ -296,14 +372,13 @@ async def test_a_foreground_job_delegation_makes_the_exchange_wait_for_the_proce
     h = await _open(backend, tmp_path, provider=provider, tools=[_job_tool(delegation)])
     c = await h.root()
     prompt = asyncio.ensure_future(c.prompt("build it"))
-    await _until(lambda: bool(provider.requests) and not prompt.done())
 
     job = await _foreground_job_running(h, c)
     assert job.foreground is True
     await asyncio.sleep(0.05)  # the process is still gated: the drive must not return
     assert not prompt.done()
     go.touch()
-    _, result = await asyncio.wait_for(prompt, 5)
+    _, result = await asyncio.wait_for(prompt, TIMEOUT)
     assert result is not None and result.status == "done"
     (content,) = await _tool_results(c)
     assert content["is_error"] is False
@@ -325,7 +400,7 @@ async def test_a_background_job_delegation_names_the_job_at_once_and_the_job_run
     delegation = pico.JobDelegation(_gated(go, then="echo built"), background=True)
     h = await _open(backend, tmp_path, provider=provider, tools=[_job_tool(delegation)])
     c = await h.root()
-    _, result = await asyncio.wait_for(c.prompt("build it"), 5)
+    _, result = await asyncio.wait_for(c.prompt("build it"), TIMEOUT)
     assert result is not None and result.status == "done"  # not waiting for the process
     (job,) = await _jobs(h, c.id)
     assert job.foreground is False and job.live
@@ -334,10 +409,10 @@ async def test_a_background_job_delegation_names_the_job_at_once_and_the_job_run
     ]
     (tool,) = (await h.tasks(conversation_ids=[c.id], kind="tool")).items
     assert _state(tool)["details"]["job"] == job.id
-    assert await asyncio.wait_for(c.drive(), 5) == "idle"
+    assert await asyncio.wait_for(c.drive(), TIMEOUT) == "idle"
     assert (await h.task(job.id)).live  # type: ignore[union-attr]
     go.touch()
-    done = await h.wait_for(job.id, timeout=5)
+    done = await h.wait_for(job.id, timeout=TIMEOUT)
     assert done.status == "exited" and _result(done)["stdout_tail"] == "built\n"
     await h.close()
 
@@ -356,13 +431,46 @@ async def test_aborting_a_foreground_job_kills_it_and_the_call_gets_an_error_res
     pid = _state(job)["identity"]["pid"]
     marked = await c.abort()
     assert job.id in marked
-    assert await asyncio.wait_for(drive, 5) == "idle"
+    assert await asyncio.wait_for(drive, TIMEOUT) == "idle"
     done = await h.task(job.id)
     assert done is not None and done.status == "killed" and _result(done)["signal"] == 15
     assert not _alive(pid)
-    (content,) = await _tool_results(c)
-    assert content["is_error"] is True
+    assert await _tool_results(c) == [{"content": "aborted", "is_error": True}]
+    assert len(provider.requests) == 1  # the aborted exchange asked the model nothing more
     await h.close()
+
+
+async def test_a_foreground_job_outlives_close_and_the_reopened_drive_finishes_the_call(
+    backend: Backend, tmp_path: Path
+) -> None:
+    go, starts = tmp_path / "go", tmp_path / "starts"
+    delegation = pico.JobDelegation(
+        _gated(go, then="echo built", before=f"echo started >> '{starts}'"), background=False
+    )
+    provider = FauxProvider([_build_call()])
+    h = await _open(backend, tmp_path, provider=provider, tools=[_job_tool(delegation)])
+    c = await h.root()
+    question = await c.accept("build it")
+    drive = asyncio.ensure_future(c.drive())
+    job = await _foreground_job_running(h, c)
+    await h.close()
+    assert await asyncio.wait_for(drive, TIMEOUT) == "closed"
+    assert _alive(_state(job)["identity"]["pid"])
+    go.touch()
+    provider = FauxProvider(["the build passed"])
+    again = await _open(backend, tmp_path, provider=provider, tools=[_job_tool(delegation)])
+    c = await again.root()
+    assert await asyncio.wait_for(c.drive(), TIMEOUT) == "idle"  # adopts J, then finishes the call
+    (content,) = await _tool_results(c)
+    assert content == {
+        "content": f"job {job.id} exited with code 0\n--- stdout (tail) ---\nbuilt\n",
+        "is_error": False,
+    }
+    result = await c.result(question)
+    assert result is not None and result.status == "done"
+    assert starts.read_text() == "started\n"  # one process, across both owners
+    assert "exited with code 0" in repr(provider.requests[0].messages)
+    await again.close()
 
 
 # ---------------------------------------------------------------------- bad input
@@ -397,9 +505,13 @@ async def test_bad_job_input_is_a_typed_error_that_writes_nothing(
         assert isinstance(caught.value, pico.PicoError), what
         assert h.head() == head, f"{what} wrote something"
     assert list((await h.tasks(kind="job")).items) == []
+    for timeout in (-1, math.inf, True, "1"):
+        with pytest.raises(pico.InvalidArgumentError):
+            await h.wait_for(1, timeout=timeout)  # type: ignore[arg-type]
+    assert h.head() == head
     # Check the handle is still usable after every refusal.
     job = await c.start_job(("true",))
-    assert (await h.wait_for(job, timeout=5)).status == "exited"
+    assert (await h.wait_for(job, timeout=TIMEOUT)).status == "exited"
     await h.close()
 
 
@@ -426,7 +538,7 @@ async def test_a_launch_the_host_refuses_after_the_intent_is_failed_and_starts_n
     c = await h.root()
     job = await c.start_job(("sh", "-c", f"echo ran > '{tmp_path / 'ran'}'"), cwd=str(work))
     work.rmdir()  # gone between the start and the launch
-    done = await h.wait_for(job, timeout=5)
+    done = await h.wait_for(job, timeout=TIMEOUT)
     assert done.status == "failed"
     state = _state(done)
     assert str(work) in state["reason"]
