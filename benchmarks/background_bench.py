@@ -93,6 +93,7 @@ class Run:
     passes: list[Passes] = field(default_factory=list)
     peak_rss_kib: int = 0
     killed: int = 0
+    pids: dict[int, str] = field(default_factory=dict)  # the jobs' wrappers: pid -> token
     db_mib: float = 0.0
 
 
@@ -202,6 +203,17 @@ async def start_jobs(h: pico.Harness, c: pico.ConversationHandle, run: Run) -> l
     return jobs
 
 
+async def terminal_count(h: pico.Harness) -> int:
+    """The session's terminal tasks, counted page by page through the public listing."""
+    total, after = 0, None
+    while True:
+        page = await h.tasks(live=False, after=after, limit=1000)
+        total += len(page.items)
+        if page.next is None:
+            return total
+        after = page.next
+
+
 async def measure(
     h: pico.Harness,
     c: pico.ConversationHandle,
@@ -213,6 +225,8 @@ async def measure(
 ) -> Passes:
     """``passes`` conversation drives of the root, each one scheduler pass."""
     live = len(h.scheduler.live_tasks(None))
+    counted = await terminal_count(h)
+    assert counted == terminal, f"the session holds {counted} terminal tasks, not {terminal}"
     for _ in range(3):  # warm-up
         assert await c.drive() == "idle"
     wall, cpu = [], []
@@ -303,7 +317,7 @@ async def bench(
     h = await pico.Harness.open(
         f"sqlite:///{db}", session="background", clock=clock, job_directory=str(directory / "jobs")
     )
-    pids: dict[int, str] = {}
+    pids = run.pids
     started: list[int] = []
     try:
         c = await h.root()
@@ -339,7 +353,8 @@ async def bench(
         log(f"passes at {growth}: p50 {grown.p50:.2f} ms")
         run.passes = [first, grown]
         run.killed = await stop_jobs(h, c, started)
-        run.peak_rss_kib = _peak_rss_kib()
+        # ru_maxrss is the kernel's high-water mark, updated lazily: a sample may exceed it.
+        run.peak_rss_kib = max(_peak_rss_kib(), run.rss_after_kib, _rss_kib())
     finally:
         for jid in started:  # a job started but not yet in pids
             with contextlib.suppress(Exception):
