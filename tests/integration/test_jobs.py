@@ -269,7 +269,45 @@ async def test_shutdown_stops_a_running_background_job(backend: Backend, tmp_pat
     await again.close()
 
 
+async def test_shutdown_by_the_next_owner_stops_a_job_the_last_one_started(
+    backend: Backend, tmp_path: Path
+) -> None:
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    job = await c.start_job(("sleep", str(FOREVER)))
+    pid = _state(await _running(h, job))["identity"]["pid"]
+    await h.close()
+    again = await _open(backend, tmp_path)
+    await asyncio.wait_for(again.shutdown(), TIMEOUT)
+    assert not _alive(pid)
+    third = await _open(backend, tmp_path)
+    done = await third.task(job)
+    assert done is not None and done.status == "killed" and _result(done)["signal"] == 15
+    await third.close()
+
+
 # ---------------------------------------------------------------------- close and reopen
+async def test_closing_the_harness_ends_a_wait_for_with_closed_error_and_the_job_runs_on(
+    backend: Backend, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    job = await c.start_job(_gated(go, then="exit 5"))
+    pid = _state(await _running(h, job))["identity"]["pid"]
+    waiting = asyncio.ensure_future(h.wait_for(job))
+    await asyncio.sleep(0)  # the wait has started
+    await h.close()
+    with pytest.raises(pico.ClosedError):
+        await asyncio.wait_for(waiting, TIMEOUT)
+    assert _alive(pid)
+    go.touch()
+    again = await _open(backend, tmp_path)
+    done = await again.wait_for(job, timeout=TIMEOUT)
+    assert done.status == "exited" and _result(done)["exit_code"] == 5
+    await again.close()
+
+
 async def test_close_leaves_a_job_running_and_the_next_owner_adopts_it_without_a_second_launch(
     backend: Backend, tmp_path: Path
 ) -> None:
@@ -471,6 +509,24 @@ async def test_a_foreground_job_outlives_close_and_the_reopened_drive_finishes_t
     assert starts.read_text() == "started\n"  # one process, across both owners
     assert "exited with code 0" in repr(provider.requests[0].messages)
     await again.close()
+
+
+async def test_a_malformed_job_delegation_is_the_calls_error_result_and_starts_no_job(
+    backend: Backend, tmp_path: Path
+) -> None:
+    async def build(args: pico.JsonObject, ctx: pico.ToolContext) -> pico.JobDelegation:
+        return pico.JobDelegation(())
+
+    provider = FauxProvider([_build_call(), "the build could not start"])
+    tool = pico.Tool("build", "Run the build", {"type": "object"}, build)
+    h = await _open(backend, tmp_path, provider=provider, tools=[tool])
+    c = await h.root()
+    _, result = await asyncio.wait_for(c.prompt("build it"), TIMEOUT)
+    assert result is not None and result.status == "done"
+    (content,) = await _tool_results(c)
+    assert content["is_error"] is True and "argv is empty" in content["content"]
+    assert await _jobs(h, c.id) == []
+    await h.close()
 
 
 # ---------------------------------------------------------------------- bad input
