@@ -58,7 +58,7 @@ CHILD = textwrap.dedent(
 
     HOSTS = {"running": None, "after_launch": StopsAfterLaunch, "before_launch": StopsBeforeLaunch}
 
-    async def until(h, test):
+    async def until(test):
         while True:
             found = await test()
             if found is not None:
@@ -79,7 +79,7 @@ CHILD = textwrap.dedent(
                 t = await h.task(j)
                 return t if t.status == "running" else None
 
-            t = await until(h, running)
+            t = await until(running)
             say(signal="running", job=j, identity=t.state["identity"], intent=t.state["intent"])
         await asyncio.Event().wait()  # SIGKILLed here
 
@@ -100,7 +100,7 @@ CHILD = textwrap.dedent(
                 return jobs[0]
             return None
 
-        j = await until(h, collecting)
+        j = await until(collecting)
         say(signal="collecting", schedule=s, job=j.id, identity=j.state["identity"])
         await asyncio.Event().wait()  # SIGKILLed here
 
