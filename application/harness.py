@@ -332,12 +332,18 @@ class Harness:
                 # cancelled once the task is terminal (a drive's cancellation only ends
                 # this caller's interest; executions go on).
                 drive = asyncio.ensure_future(self.scheduler.drive(None, permits=allowed))
+                changed = False
                 try:
                     while not drive.done():
-                        change = asyncio.ensure_future(self.scheduler.next_change())
+                        # Subscribed now (a next_change() task would subscribe only once
+                        # it first ran): a commit after the drive's last pass, before this
+                        # wait returns, wakes only this change; then drive again, not wait.
+                        change: asyncio.Future[Any] = self.scheduler._subscribe()
                         try:
                             await asyncio.wait([drive, change], return_when=FIRST_COMPLETED)
                         finally:
+                            changed = change.done()
+                            self.scheduler._waiters.discard(change)
                             change.cancel()
                         done = await terminal()
                         if done is not None:
@@ -350,9 +356,8 @@ class Harness:
                             await drive
                 if outcome == "closed":
                     raise ClosedError(self.session_id)
-                # Suspended: subscribed with no await since the drive returned, so an
-                # observer's event (a process exit) cannot slip between.
-                await self.scheduler.next_change()
+                if not changed:
+                    await self.scheduler.next_change()
 
         if timeout is None:
             return await supervise()
