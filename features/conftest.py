@@ -15,6 +15,7 @@ from features.steps.check import *  # noqa: F403
 from features.steps.collapse_recovery import *  # noqa: F403
 from features.steps.initialization import *  # noqa: F403
 from features.steps.interrupted import *  # noqa: F403
+from features.steps.jobs import *  # noqa: F403
 from features.steps.journal import *  # noqa: F403
 from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as fixtures)
 from features.steps.library import World
