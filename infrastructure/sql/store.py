@@ -1514,7 +1514,7 @@ class SqlReadStore:
             r[3],
             r[4],
             r[5],
-            tuple(json.loads(r[6])),
+            () if r[6] == "[]" else tuple(json.loads(r[6])),  # most tasks depend on none
             bool(r[7]),
             r[8],
             r[9],
