@@ -338,13 +338,13 @@ class Harness:
                         # Subscribed now (a next_change() task would subscribe only once
                         # it first ran): a commit after the drive's last pass, before this
                         # wait returns, wakes only this change; then drive again, not wait.
-                        change: asyncio.Future[Any] = self.scheduler._subscribe()
+                        change = self.scheduler.subscribe()
+                        waited: list[asyncio.Future[Any]] = [drive, change]
                         try:
-                            await asyncio.wait([drive, change], return_when=FIRST_COMPLETED)
+                            await asyncio.wait(waited, return_when=FIRST_COMPLETED)
                         finally:
                             changed = change.done()
-                            self.scheduler._waiters.discard(change)
-                            change.cancel()
+                            self.scheduler.unsubscribe(change)
                         done = await terminal()
                         if done is not None:
                             return done

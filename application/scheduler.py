@@ -230,11 +230,21 @@ class Scheduler:
 
     async def next_change(self) -> None:
         """Returns at the next commit, finished execution or observer event."""
-        future = self._subscribe()
+        future = self.subscribe()
         try:
             await future
         finally:
-            self._waiters.discard(future)
+            self.unsubscribe(future)
+
+    def subscribe(self) -> asyncio.Future[None]:
+        """A future resolved at the next commit, finished execution or observer event,
+        subscribed at once (no await needed, so nothing can slip in before it). Pass it to
+        ``unsubscribe`` when no longer waited for."""
+        return self._subscribe()
+
+    def unsubscribe(self, future: asyncio.Future[None]) -> None:
+        self._waiters.discard(future)
+        future.cancel()
 
     def _subscribe(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
