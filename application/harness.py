@@ -45,6 +45,7 @@ from pico.application.state import (
 )
 from pico.application.tasks import TaskDefinition, TaskRegistry
 from pico.application.tools import Tool, ToolRegistry
+from pico.application.watch import PREVIEW_LISTS, Listener, WatchHub, WatchStream
 from pico.domain.errors import (
     ClosedError,
     CommandRejectedError,
@@ -82,6 +83,7 @@ class Harness:
         self.services: AgentServices | None = None
         self.jobs: JobServices | None = None  # None: the job kinds are the caller's own
         line.on_commit = self.scheduler.committed
+        self.watches = WatchHub(line)
         # Set when shutdown() starts (public admission sealed); set() once it has closed.
         self._shutdown: asyncio.Event | None = None
         # The resume gate of a write open for agent work (gate.py); None: not gated.
@@ -282,6 +284,71 @@ class Harness:
         if not self._line.closed:
             await self.scheduler.close()
         self._line.close()
+        self.watches.close()
+
+    # ------------------------------------------------------------------ watch (§9.4)
+    @overload
+    def watch(
+        self,
+        conversation_id: int,
+        listener: Listener,
+        *,
+        limit: int = 50,
+        buffer: int = 10_000,
+        previews: Sequence[str] = PREVIEW_LISTS,
+    ) -> Callable[[], None]: ...
+    @overload
+    def watch(
+        self,
+        conversation_id: int,
+        listener: None = None,
+        *,
+        limit: int = 50,
+        buffer: int = 10_000,
+        previews: Sequence[str] = PREVIEW_LISTS,
+    ) -> WatchStream: ...
+    def watch(
+        self,
+        conversation_id: int,
+        listener: Listener | None = None,
+        *,
+        limit: int = 50,
+        buffer: int = 10_000,
+        previews: Sequence[str] = PREVIEW_LISTS,
+    ) -> Callable[[], None] | WatchStream:
+        """Follow a conversation's committed state without gaps (§9.4; docs/watch.md).
+
+        In ONE step (no await): every saved command is made durable, the base is read —
+        ``WatchBase``: the conversation, its newest ``limit`` entries, the admission
+        entries its visible placements refer to, its live tasks, its queued inputs, the
+        ``previews`` working lists of those tasks, ``as_of`` — and the binding registered.
+        Then each durable main commit touching the conversation arrives whole as a
+        ``WatchCommit``, each working commit of its tasks as a ``WatchPreview``, and
+        ``WatchSignal`` says idle | fault | handler_error | rebind.
+
+        With ``listener`` (called with each event; an exception becomes a
+        ``handler_error`` signal and undoes nothing; a coroutine it returns runs after the
+        delivery) returns the unsubscribe callable. Without, returns a ``WatchStream``:
+        ``async for event in harness.watch(cid)``. More than ``buffer`` undelivered events
+        retire the binding with a ``rebind`` signal. A read-only handle follows another
+        owner's commits by polling the newest stored position.
+
+        Raises:
+            InvalidArgumentError: a malformed id, ``limit`` outside 1..1000, ``buffer``
+                outside 1..1,000,000, a listener that is not callable.
+            UnknownConversationError: no such conversation.
+            ClosedError, HandleFaultedError: the handle is closed or faulted.
+        """
+        if listener is not None:
+            return self.watches.watch(
+                conversation_id, listener, limit=limit, buffer=buffer, previews=previews
+            )
+        stream = WatchStream()
+        stream.buffer = check_limit(buffer, "buffer", maximum=1_000_000)
+        stream._unsubscribe = self.watches.watch(
+            conversation_id, stream._push, limit=limit, buffer=buffer, previews=previews
+        )
+        return stream
 
     # ------------------------------------------------------------------ scheduling (§6)
     async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:

@@ -76,6 +76,10 @@ class CommandLine:
         # Called after every commit that changed tasks or session state, with its command
         # (the scheduler wakes its drives), and with None when a fault may need noticing.
         self.on_commit: Callable[[Command | None], None] | None = None
+        # Called once everything saved so far is durable (a durable save, a flush), and
+        # when the handle faults: where watchers read what became durable (watch.py).
+        self.on_durable: Callable[[], None] | None = None
+        self.on_fault: Callable[[str], None] | None = None
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -302,6 +306,8 @@ class CommandLine:
                 )
         else:
             self._settled()
+            if self.on_durable is not None:
+                self.on_durable()
         if self.on_commit is not None and (tx.touched_tasks or tx.session_ops):
             self.on_commit(tx)  # only task changes can change what a drive may run
 
@@ -316,6 +322,8 @@ class CommandLine:
         except BaseException as exc:
             self._fault(f"uncertain persistence: {exc!r}")
             raise PersistenceUncertainError(self.session_id, exc) from exc
+        if self.on_durable is not None:
+            self.on_durable()
 
     def _settled(self) -> None:
         self.pending = False
@@ -348,6 +356,8 @@ class CommandLine:
         self.faulted = reason
         self._cache.clear()
         self._task_cache.clear()
+        if self.on_fault is not None:
+            self.on_fault(reason)
 
     def fault(self, reason: str) -> None:
         self._fault(reason)

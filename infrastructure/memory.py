@@ -133,6 +133,10 @@ class MemoryRecorder(AggregateRecorder):
             window = log[after : after + limit]
         return [(after + i + 1, e) for i, e in enumerate(window)]
 
+    def last_session_position(self, session_id: str) -> int:
+        with self.db.lock:
+            return len(self.db.log.get(session_id, []))
+
     def count_session_events(self, session_id: str, *, after: int) -> int:
         with self.db.lock:
             return max(0, len(self.db.log.get(session_id, [])) - after)

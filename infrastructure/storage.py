@@ -47,6 +47,7 @@ class SessionRecorder(Protocol):
         self, session_id: str, *, after: int, limit: int
     ) -> list[tuple[int, StoredEvent]]: ...
     def count_session_events(self, session_id: str, *, after: int) -> int: ...
+    def last_session_position(self, session_id: str) -> int: ...
 
 
 class EventSourcedStorage:
@@ -206,6 +207,11 @@ class EventSourcedStorage:
         """How many of the session's events are stored after ``after`` (one indexed count,
         nothing decoded)."""
         return self._recorder().count_session_events(self.session_id, after=after)
+
+    def last_position(self) -> int:
+        """The position of the session's newest stored event, 0 with none (an index seek,
+        nothing decoded): where a watcher's cursor starts."""
+        return self._recorder().last_session_position(self.session_id)
 
     def audit(self, *, after: int = 0, limit: int = 1000) -> list[AuditRecord]:
         out = []

@@ -737,6 +737,16 @@ class SqlRecorder(AggregateRecorder):
                 (r[0], StoredEvent(UUID(r[1]), r[2], r[3], _body(r[4]))) for r in conn.execute(q)
             ]
 
+    def last_session_position(self, session_id: str) -> int:
+        """The position of the session's newest stored event (0: none): one index seek."""
+        c = t.events.c
+        q = sa.select(sa.func.max(c.id)).where(c.session_id == session_id)
+        if self._writer.pending:
+            self._writer.flush()
+        doing = f"reading the newest event position of session {session_id!r}"
+        with self.db.translating(doing), self.db.loader.connect() as conn:
+            return int(conn.execute(q).scalar_one() or 0)
+
     def count_session_events(self, session_id: str, *, after: int) -> int:
         c = t.events.c
         q = sa.select(sa.func.count()).where(c.session_id == session_id, c.id > after)

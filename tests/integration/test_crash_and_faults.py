@@ -61,6 +61,9 @@ class FaultyStorage:
     def count_events(self, **kw: Any) -> Any:
         return self.inner.count_events(**kw)
 
+    def last_position(self) -> Any:
+        return self.inner.last_position()
+
     def replay(self) -> Any:
         return self.inner.replay()
 

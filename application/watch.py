@@ -1,0 +1,602 @@
+"""Watching a conversation's committed state without gaps (§9.4).
+
+``harness.watch(conversation_id, listener)`` runs ONE serialized step: it makes every
+saved command durable, captures the observation boundary (the newest stored event's
+position and the main head), reads the base — the conversation, its newest transcript
+page, the admission entries its visible placements refer to, its live tasks, its queued
+inputs and the working previews of those tasks — and registers the binding. No await
+separates the read from the registration, and every in-process commit is published in a
+step of its own, so a racing commit is either in the base or delivered after it, never
+neither and never both.
+
+Then each durable main commit that touches the conversation is delivered whole, as ONE
+``WatchCommit`` ``{first_seq, last_seq, changes}`` (filtering drops the changes of other
+conversations, never splits a batch); a working commit of one of its tasks is a
+``WatchPreview`` ``{task_id, kind, value}`` with the frames it added; ``WatchSignal``
+says ``idle`` (the conversation's last live task settled, judged after whole batches, so a
+task and the successor created with its settlement never look idle), ``fault`` (the
+handle faulted: rebind on a new handle), ``handler_error`` (the listener raised; the
+commit stays committed) and ``rebind`` (the consumer fell more than ``buffer`` events
+behind: the binding is retired and delivers nothing more; watch again for a fresh base).
+
+Events are read back from storage by position (the audit reader), so a watcher on another
+handle — a read-only one in another process — follows the owner's commits the same way,
+by polling the newest stored position (one index seek) every ``poll_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from pico.application.flows.inputs import MODES
+from pico.application.ports import AuditRecord
+from pico.domain.errors import InvalidArgumentError, UnknownConversationError
+from pico.domain.ids import check_id, check_limit
+from pico.domain.json import JsonObject, JsonValue, loads
+from pico.domain.state import conversation_scope, working_scope_id
+from pico.domain.values import ConversationSnapshot, Entry, TaskSnapshot
+
+if TYPE_CHECKING:
+    from pico.application.line import CommandLine
+
+__all__ = [
+    "PREVIEW_LISTS",
+    "WatchBase",
+    "WatchChange",
+    "WatchCommit",
+    "WatchEvent",
+    "WatchHub",
+    "WatchPreview",
+    "WatchSignal",
+    "WatchStream",
+]
+
+#: The working lists a watch previews by default: a generation's streamed text frames and
+#: a tool's progress output.
+PREVIEW_LISTS = ("pico.frames", "pico.tool-output")
+#: The most transcript entries a base holds, and events a slow consumer may fall behind.
+MAX_WATCH_LIMIT = 1000
+MAX_WATCH_BUFFER = 1_000_000
+#: Stored events read per query while catching up.
+_READ_PAGE = 500
+_QUEUE = "pico.queue."
+
+
+@dataclass(frozen=True)
+class WatchChange:
+    """One stored event of a delivered batch, decoded (as the audit reader shows it)."""
+
+    position: int
+    aggregate: str  # "conversation/<id>", "task/<id>" or "session"
+    event: str  # e.g. "Conversation.EntryAppended"
+    payload: JsonObject
+
+    def to_json(self) -> JsonObject:
+        return {
+            "position": self.position,
+            "aggregate": self.aggregate,
+            "event": self.event,
+            "payload": self.payload,
+        }
+
+
+@dataclass(frozen=True)
+class WatchPreview:
+    """Frames a task's working commit added to one of its preview lists."""
+
+    task_id: int
+    kind: str  # the working list, e.g. "pico.frames"
+    value: tuple[JsonValue, ...]
+    position: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "type": "preview",
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "value": list(self.value),
+            "position": self.position,
+        }
+
+
+@dataclass(frozen=True)
+class WatchBase:
+    """What the binding starts from, read in the registering step. ``as_of`` is the main
+    head it reflects; ``position`` the stored event the stream continues after."""
+
+    conversation: ConversationSnapshot
+    entries: tuple[Entry, ...]  # the newest ``limit``, oldest first
+    referenced_inputs: dict[int, Entry]  # admission entries of visible placements
+    tasks: tuple[TaskSnapshot, ...]  # the conversation's live tasks
+    queued: tuple[tuple[int, str], ...]  # (input id, mode), in admission order
+    previews: tuple[WatchPreview, ...]
+    as_of: int
+    position: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "type": "base",
+            "conversation": _conversation_json(self.conversation),
+            "entries": [_entry_json(e) for e in self.entries],
+            "referenced_inputs": {
+                str(k): _entry_json(v) for k, v in self.referenced_inputs.items()
+            },
+            "tasks": [_task_json(t) for t in self.tasks],
+            "queued": [{"input": i, "mode": m} for i, m in self.queued],
+            "previews": [p.to_json() for p in self.previews],
+            "as_of": self.as_of,
+            "position": self.position,
+        }
+
+
+@dataclass(frozen=True)
+class WatchCommit:
+    """One durable main commit touching the conversation, whole."""
+
+    first_seq: int
+    last_seq: int
+    changes: tuple[WatchChange, ...]
+    position: int  # the batch's boundary event
+
+    def to_json(self) -> JsonObject:
+        return {
+            "type": "commit",
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "changes": [c.to_json() for c in self.changes],
+            "position": self.position,
+        }
+
+
+SignalKind = Literal["idle", "fault", "handler_error", "rebind"]
+
+
+@dataclass(frozen=True)
+class WatchSignal:
+    kind: SignalKind
+    detail: str = ""
+
+    def to_json(self) -> JsonObject:
+        return {"type": "signal", "kind": self.kind, "detail": self.detail}
+
+
+WatchEvent: TypeAlias = WatchBase | WatchCommit | WatchPreview | WatchSignal
+Listener: TypeAlias = Callable[[WatchEvent], Any]
+
+
+def _conversation_json(c: ConversationSnapshot) -> JsonObject:
+    source = c.source
+    return {
+        "id": c.id,
+        "context": list(c.context),
+        "source": None
+        if source is None
+        else {"conversation_id": source.conversation_id, "as_of": source.as_of},
+        "inherit_state": c.inherit_state,
+        "prefix_revision": c.prefix_revision,
+        "owner_task_id": c.owner_task_id,
+        "created_seq": c.created_seq,
+        "deleted": c.deleted,
+    }
+
+
+def _entry_json(e: Entry) -> JsonObject:
+    return {
+        "id": e.id,
+        "conversation_id": e.conversation_id,
+        "kind": e.kind,
+        "content": e.content,
+        "metadata": e.metadata,
+        "key": e.key,
+    }
+
+
+def _task_json(t: TaskSnapshot) -> JsonObject:
+    return {
+        "id": t.id,
+        "conversation_id": t.conversation_id,
+        "kind": t.kind,
+        "status": t.status,
+        "role": t.role,
+        "foreground": t.foreground,
+        "after": list(t.after),
+        "spawned_by": t.spawned_by,
+        "owned_conversation_id": t.owned_conversation_id,
+        "abort_requested": t.abort_requested,
+    }
+
+
+@dataclass
+class _Binding:
+    conversation_id: int
+    listener: Listener
+    buffer: int
+    previews: tuple[str, ...]
+    tasks: set[int] = field(default_factory=set)
+    live: set[int] = field(default_factory=set)
+    list_cursors: dict[tuple[int, str], int] = field(default_factory=dict)
+    pending: int = 0  # scheduled async listener calls not yet finished
+    retired: bool = False
+
+    def relevant(self, record: AuditRecord) -> bool:
+        aggregate = record.aggregate
+        if aggregate == f"conversation/{self.conversation_id}":
+            return True
+        if aggregate.startswith("task/"):
+            task_id = int(aggregate[5:])
+            if task_id in self.tasks:
+                return True
+            if (
+                record.event == "Task.Created"
+                and record.payload.get("conversation_id") == self.conversation_id
+            ):
+                self.tasks.add(task_id)
+                return True
+            return False
+        # Session values (input results, session state) are not per conversation: keep
+        # them, except the batch boundaries themselves and ownership bookkeeping.
+        return aggregate == "session" and record.event not in (
+            "Session.Committed",
+            "Session.Claimed",
+            "Session.ConfigurationRecorded",
+            "Session.ConfigurationChanged",
+        )
+
+
+class WatchHub:
+    """The bindings of one open handle and the position they have all been given."""
+
+    def __init__(self, line: CommandLine, *, poll_interval: float = 0.2) -> None:
+        self.line = line
+        self.poll_interval = poll_interval
+        self.bindings: list[_Binding] = []
+        self.position = 0  # every stored event up to here was delivered
+        self._poller: asyncio.Task[None] | None = None
+        self._faulted = False
+        self._delivering = False
+        line.on_durable = self.durable
+        line.on_fault = self.fault
+
+    # ------------------------------------------------------------------ registration
+    def watch(
+        self,
+        conversation_id: int,
+        listener: Listener,
+        *,
+        limit: int,
+        buffer: int,
+        previews: Sequence[str],
+    ) -> Callable[[], None]:
+        check_id(conversation_id, "conversation_id")
+        limit = check_limit(limit, "limit", maximum=MAX_WATCH_LIMIT)
+        buffer = check_limit(buffer, "buffer", maximum=MAX_WATCH_BUFFER)
+        if not callable(listener):
+            raise InvalidArgumentError(
+                f"listener must be a callable taking one watch event, got "
+                f"{type(listener).__name__}; or call watch() without one for an async iterator"
+            )
+        kinds = tuple(previews)
+        for kind in kinds:
+            if not isinstance(kind, str) or not kind:
+                raise InvalidArgumentError(f"previews must name working lists (str), got {kind!r}")
+        line = self.line
+        line.check_usable()
+        if not line.read_only and line.pending:
+            line.flush()  # the base must not show a command that is not durable yet
+        storage = line.storage
+        # ONE step, no await: boundaries, base, registration.
+        with storage.snapshot():
+            if not self.bindings:
+                self.position = storage.last_position()
+            conversation = storage.reads.get_conversations([conversation_id]).get(conversation_id)
+            if conversation is None:
+                raise UnknownConversationError(conversation_id)
+            binding = _Binding(conversation_id, listener, buffer, kinds)
+            base = self._base(binding, conversation, limit)
+        self.bindings.append(binding)
+        self._deliver(binding, base)
+        if line.read_only:
+            self._start_polling()
+
+        def unsubscribe() -> None:
+            binding.retired = True
+            with contextlib.suppress(ValueError):
+                self.bindings.remove(binding)
+
+        return unsubscribe
+
+    def _base(self, binding: _Binding, conversation: ConversationSnapshot, limit: int) -> WatchBase:
+        storage = self.line.storage
+        reads = storage.reads
+        cid = binding.conversation_id
+        page = reads.scan_entries(
+            cid,
+            after=None,
+            before=None,
+            order="desc",
+            limit=limit,
+            kind=None,
+            key=None,
+            as_of=None,
+            content=True,
+        )
+        entries = tuple(reversed(page.items))
+        inputs = [
+            e.content.get("input")
+            for e in entries
+            if e.kind == "placement" and isinstance(e.content, dict)
+        ]
+        wanted = sorted({i for i in inputs if isinstance(i, int)})
+        referenced = reads.get_entries(wanted) if wanted else {}
+        tasks: list[TaskSnapshot] = []
+        after: int | None = None
+        while True:
+            found = storage.tasks.scan_tasks(
+                conversation_ids=[cid], live=True, after=after, limit=500
+            )
+            tasks.extend(found.items)
+            if found.next is None:
+                break
+            after = found.next
+        binding.tasks = {t.id for t in tasks}
+        binding.live = set(binding.tasks)
+        queued: list[tuple[int, str]] = []
+        scope = conversation_scope(cid)
+        cursor: tuple[str, str] | None = (_QUEUE, "")
+        while cursor is not None:
+            values = storage.state.scan_values(scope, after=cursor, limit=500)
+            done = False
+            for item in values.items:
+                if not item.namespace.startswith(_QUEUE):
+                    done = True
+                    break
+                mode = item.namespace[len(_QUEUE) :]
+                if mode in MODES:
+                    queued.append((int(item.key or 0), mode))
+            cursor = None if done else values.next
+        previews: list[WatchPreview] = []
+        position = self.position
+        for task in tasks:
+            for kind in binding.previews:
+                frames = self._frames(binding, task.id, kind)
+                if frames:
+                    previews.append(WatchPreview(task.id, kind, frames, position))
+        return WatchBase(
+            conversation=conversation,
+            entries=entries,
+            referenced_inputs=referenced,
+            tasks=tuple(tasks),
+            queued=tuple(sorted(queued)),
+            previews=tuple(previews),
+            as_of=reads.main_head(),
+            position=position,
+        )
+
+    def _frames(self, binding: _Binding, task_id: int, kind: str) -> tuple[JsonValue, ...]:
+        """The elements a task's working list gained after this binding's cursor."""
+        state = self.line.storage.state
+        key = (task_id, kind)
+        out: list[JsonValue] = []
+        after = binding.list_cursors.get(key)
+        while True:
+            page = state.read_list(
+                working_scope_id(f"task/{task_id}"), kind, "", rewind=False, after=after, limit=500
+            )
+            for seq, text in page.items:
+                out.append(loads(text))
+                after = seq
+            if page.next is None:
+                break
+        if after is not None:
+            binding.list_cursors[key] = after
+        return tuple(out)
+
+    # ------------------------------------------------------------------ delivery
+    def durable(self) -> None:
+        """Everything saved so far is durable: deliver what the bindings have not seen."""
+        if not self.bindings or self._delivering:
+            return
+        self._delivering = True
+        try:
+            self._catch_up()
+        finally:
+            self._delivering = False
+
+    def _catch_up(self) -> None:
+        storage = self.line.storage
+        batch: list[AuditRecord] = []
+        while True:
+            records = storage.audit(after=self.position, limit=_READ_PAGE)
+            if not records:
+                return
+            for record in records:
+                batch.append(record)
+                if record.event == "Session.Committed":
+                    self._dispatch(batch)
+                    batch = []
+                    self.position = record.position
+            if batch:  # a page ended inside a batch: re-read it whole next time
+                batch = []
+                if len(records) < _READ_PAGE:
+                    return  # the boundary is not stored yet (another writer mid-commit)
+
+    def _dispatch(self, batch: list[AuditRecord]) -> None:
+        boundary = batch[-1]
+        first = boundary.payload.get("first")
+        last = boundary.payload.get("last")
+        scope = boundary.payload.get("scope")
+        assert isinstance(first, int) and isinstance(last, int)
+        for binding in list(self.bindings):
+            if binding.retired:
+                continue
+            if scope != "main":
+                task = _scope_task(scope)
+                if task is None or task not in binding.tasks:
+                    continue
+                for kind in binding.previews:
+                    frames = self._frames(binding, task, kind)
+                    if frames:
+                        self._deliver(binding, WatchPreview(task, kind, frames, boundary.position))
+                continue
+            changes = tuple(
+                WatchChange(r.position, r.aggregate, r.event, r.payload)
+                for r in batch[:-1]
+                if binding.relevant(r)
+            )
+            if not changes:
+                continue
+            self._deliver(binding, WatchCommit(first, last, changes, boundary.position))
+            touched = {int(c.aggregate[5:]) for c in changes if c.aggregate.startswith("task/")}
+            if touched:
+                was_busy = bool(binding.live)
+                for change in changes:
+                    if change.aggregate.startswith("task/"):
+                        role = change.payload.get("role")
+                        task_id = int(change.aggregate[5:])
+                        if role == "terminal":
+                            binding.live.discard(task_id)
+                        elif isinstance(role, str):
+                            binding.live.add(task_id)
+                if was_busy and not binding.live:
+                    self._deliver(binding, WatchSignal("idle"))
+
+    def _deliver(self, binding: _Binding, event: WatchEvent) -> None:
+        if binding.retired:
+            return
+        if binding.pending >= binding.buffer:
+            binding.retired = True
+            with contextlib.suppress(ValueError):
+                self.bindings.remove(binding)
+            self._call(binding, WatchSignal("rebind", "the consumer fell behind"), force=True)
+            return
+        self._call(binding, event)
+
+    def _call(self, binding: _Binding, event: WatchEvent, *, force: bool = False) -> None:
+        try:
+            result = binding.listener(event)
+        except Exception as exc:  # a listener never undoes a commit
+            if not isinstance(event, WatchSignal):
+                with contextlib.suppress(Exception):
+                    binding.listener(WatchSignal("handler_error", repr(exc)))
+            return
+        if inspect.isawaitable(result):
+            # A listener cannot await a command inside delivery (the command line is
+            # busy publishing): its coroutine runs after this delivery.
+            binding.pending += 1
+            future = asyncio.ensure_future(result)
+
+            def done(f: asyncio.Future[Any]) -> None:
+                binding.pending -= 1
+                if not f.cancelled() and f.exception() is not None and not force:
+                    with contextlib.suppress(Exception):
+                        binding.listener(WatchSignal("handler_error", repr(f.exception())))
+
+            future.add_done_callback(done)
+
+    def fault(self, reason: str) -> None:
+        if self._faulted:
+            return
+        self._faulted = True
+        for binding in list(self.bindings):
+            self._deliver(binding, WatchSignal("fault", reason))
+            binding.retired = True
+        self.bindings.clear()
+
+    # ------------------------------------------------------------------ other writers
+    def _start_polling(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll())
+
+    async def _poll(self) -> None:
+        """A read-only handle: the owner is another handle or process. One index seek per
+        interval; the events after the cursor are read only when there are some. Storage
+        that can be told of commits (``wait_commit(after, timeout)``: PostgreSQL's
+        LISTEN/NOTIFY) wakes the loop at once; the poll stays as the fallback, so a lost
+        notification only delays delivery."""
+        storage = self.line.storage
+        wait_commit = getattr(storage, "wait_commit", None)
+        while self.bindings and not self.line.closed:
+            try:
+                if storage.last_position() > self.position:
+                    self.durable()
+            except Exception as exc:  # the storage went away: tell the watchers
+                self.fault(f"watching stopped: {exc}")
+                return
+            if wait_commit is None:
+                await asyncio.sleep(self.poll_interval)
+            else:
+                await wait_commit(after=self.position, timeout=self.poll_interval)
+
+    def close(self) -> None:
+        for binding in self.bindings:
+            binding.retired = True
+        self.bindings.clear()
+        if self._poller is not None:
+            self._poller.cancel()
+
+
+def _scope_task(scope: object) -> int | None:
+    prefix = working_scope_id("task/")
+    if isinstance(scope, str) and scope.startswith(prefix):
+        tail = scope[len(prefix) :]
+        if tail.isdigit():
+            return int(tail)
+    return None
+
+
+class WatchStream:
+    """The async-iterator form of a watch: ``async for event in harness.watch(cid)``.
+    Events wait in a bounded queue; a consumer more than ``buffer`` events behind gets
+    ``WatchSignal("rebind")`` and the stream ends. ``close()`` (or leaving ``async with``)
+    retires the binding."""
+
+    def __init__(self) -> None:
+        self._queue: deque[WatchEvent] = deque()
+        self._ready = asyncio.Event()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._ended = False
+        self.buffer = 0
+
+    def _push(self, event: WatchEvent) -> None:
+        if self._ended:
+            return
+        if len(self._queue) >= self.buffer and not isinstance(event, WatchSignal):
+            self._queue.append(WatchSignal("rebind", "the consumer fell behind"))
+            self._ended = True
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+        else:
+            self._queue.append(event)
+            if isinstance(event, WatchSignal) and event.kind in ("fault", "rebind"):
+                self._ended = True
+        self._ready.set()
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[WatchEvent]:
+        while True:
+            while self._queue:
+                yield self._queue.popleft()
+            if self._ended:
+                return
+            self._ready.clear()
+            await self._ready.wait()
+
+    def close(self) -> None:
+        self._ended = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self._ready.set()
+
+    async def __aenter__(self) -> WatchStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
