@@ -70,6 +70,15 @@ from pico.application.tools import (
     ToolOutcome,
     ToolRegistry,
 )
+from pico.application.watch import (
+    WatchBase,
+    WatchChange,
+    WatchCommit,
+    WatchEvent,
+    WatchPreview,
+    WatchSignal,
+    WatchStream,
+)
 from pico.domain.errors import (
     AddressPolicyError,
     ClaimContendedError,
@@ -256,6 +265,13 @@ __all__ = [
     "Usage",
     "ValueItem",
     "ValuePage",
+    "WatchBase",
+    "WatchChange",
+    "WatchCommit",
+    "WatchEvent",
+    "WatchPreview",
+    "WatchSignal",
+    "WatchStream",
     "WorkingCommand",
     "WorkingList",
     "WorkingScope",
