@@ -5,7 +5,7 @@ events' own transaction."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, is_dataclass
 from datetime import datetime
@@ -80,6 +80,14 @@ class EventSourcedStorage:
         self.task_queries = TaskQueries(read_store)
         self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
+        # A read-only handle follows another owner's commits: where the recorder can be
+        # told of them (PostgreSQL LISTEN/NOTIFY) the watch hub waits on this instead of
+        # sleeping its poll interval. Absent elsewhere (``getattr(storage, "wait_commit",
+        # None)`` is None), so the hub polls.
+        listen = getattr(events, "listen", None) if read_only else None
+        wait_commit = listen(session_id) if listen is not None else None
+        if wait_commit is not None:
+            self.wait_commit: Callable[..., Awaitable[None]] = wait_commit
 
     def snapshot(self) -> AbstractContextManager[None]:
         return self._read_store.read()

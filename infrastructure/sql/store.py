@@ -36,6 +36,12 @@ from pico.domain.errors import (
 from pico.domain.values import Order, SessionMeta
 from pico.infrastructure.settings import mask_url
 from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.notify import (
+    NOTIFY_STATEMENT,
+    CommitListener,
+    channel_for,
+    conninfo,
+)
 from pico.projections.ops import (
     AppendContext,
     AppendElement,
@@ -655,6 +661,11 @@ class SqlRecorder(AggregateRecorder):
         self.table = table
         self.is_events = table is t.events
         self._writer = db.raw_writer()
+        #: PostgreSQL: every event batch ends its transaction with a NOTIFY on the
+        #: session's channel (LISTEN/NOTIFY watch wakeups); False only to measure its cost.
+        self.notify_commits = db.dialect == "postgresql" and self.is_events
+        self._channels: dict[str, str] = {}
+        self._listeners: list[CommitListener] = []
 
     @property
     def writer(self) -> RawWriter:
@@ -687,9 +698,31 @@ class SqlRecorder(AggregateRecorder):
                 cur.executemany(self._writer.sql(_PRUNE_SNAPSHOTS), [(r[0], r[1]) for r in rows])
             if ops:
                 SqlProjectionWriter(cur, self._writer.sql, session_id, self.db.dialect).apply(ops)
+            if notify is not None:
+                # Last, in the same transaction: delivered at COMMIT, dropped by a rollback.
+                cur.execute(NOTIFY_STATEMENT, (notify,))
 
+        notify = self._channel(session_id) if self.notify_commits and rows else None
         self._writer.transaction(write, defer=bool(kwargs.get("defer")))
         return None
+
+    def _channel(self, session_id: str) -> str:
+        channel = self._channels.get(session_id)
+        if channel is None:
+            channel = self._channels[session_id] = channel_for(session_id)
+        return channel
+
+    def listen(self, session_id: str) -> Callable[..., Any] | None:
+        """PostgreSQL: ``wait_commit(after=, timeout=)`` for a watcher of ``session_id``
+        (a ``CommitListener`` closed with this recorder); None on SQLite, which has no
+        notifications (the watch hub polls)."""
+        if self.db.dialect != "postgresql" or not self.is_events:
+            return None
+        listener = CommitListener(
+            conninfo(self.db.writer.url), self._channel(session_id), location=self.db.location
+        )
+        self._listeners.append(listener)
+        return listener.wait
 
     def select_events(
         self,
@@ -763,6 +796,9 @@ class SqlRecorder(AggregateRecorder):
         return self._writer.exclusive()
 
     def close(self) -> None:
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
         self._writer.close()
 
 
