@@ -32,7 +32,7 @@ import typer
 
 from pico._version import package_version
 from pico.domain.errors import PicoError
-from pico.infrastructure.cli import audit, check, demo, inspect, migration, show, verify
+from pico.infrastructure.cli import audit, check, demo, inspect, migration, serve, show, verify
 from pico.infrastructure.cli.common import one_line
 from pico.infrastructure.cli.db import register as db_commands
 
@@ -83,6 +83,7 @@ COMMANDS: list[Callable[[typer.Typer], None]] = [
     check.register,
     migration.register,
     db_commands,
+    serve.register,
 ]
 # ---------------------------------------------------------------- end of the commands
 
