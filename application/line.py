@@ -79,6 +79,9 @@ class CommandLine:
         # Called once everything saved so far is durable (a durable save, a flush), and
         # when the handle faults: where watchers read what became durable (watch.py).
         self.on_durable: Callable[[], None] | None = None
+        # Called after each save with its batch and events (in storage order), before it
+        # is durable; None when nobody listens (the events are then not collected).
+        self.on_saved: Callable[[Command, list[Any]], None] | None = None
         self.on_fault: Callable[[str], None] | None = None
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
@@ -286,6 +289,8 @@ class CommandLine:
             *tx.touched_tasks.values(),
             self.session,
         ]
+        saved = self.on_saved
+        events = [e for a in aggregates for e in a.pending_events] if saved is not None else []
         try:
             self.storage.save(aggregates, working=tx.working_writes, defer=defer)
         except StaleWriterError:
@@ -294,6 +299,8 @@ class CommandLine:
         except BaseException as exc:
             self._fault(f"uncertain persistence: {exc!r}")
             raise PersistenceUncertainError(self.session_id, exc) from exc
+        if saved is not None:
+            saved(tx, events)
         for conv in tx.touched.values():
             self._remember(conv)
         for task in tx.touched_tasks.values():

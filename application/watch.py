@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from pico.application.events import aggregate_name, event_payload
 from pico.application.flows.inputs import MODES
 from pico.application.ports import AuditRecord
 from pico.domain.errors import InvalidArgumentError, UnknownConversationError
@@ -69,10 +70,23 @@ _QUEUE = "pico.queue."
 
 
 @dataclass(frozen=True)
-class WatchChange:
-    """One stored event of a delivered batch, decoded (as the audit reader shows it)."""
+class _Record:
+    """One event of a batch: read back from storage (with its position) or taken from the
+    command that just committed it (position None)."""
 
-    position: int
+    position: int | None
+    aggregate: str
+    event: str
+    payload: JsonObject
+
+
+@dataclass(frozen=True)
+class WatchChange:
+    """One event of a delivered batch, as the audit reader shows it. ``position`` is its
+    stored position when the watcher read it back from storage (another handle's
+    commits); None when delivered by the owner's own handle, which never reads back."""
+
+    position: int | None
     aggregate: str  # "conversation/<id>", "task/<id>" or "session"
     event: str  # e.g. "Conversation.EntryAppended"
     payload: JsonObject
@@ -93,7 +107,7 @@ class WatchPreview:
     task_id: int
     kind: str  # the working list, e.g. "pico.frames"
     value: tuple[JsonValue, ...]
-    position: int
+    position: int | None
 
     def to_json(self) -> JsonObject:
         return {
@@ -142,7 +156,7 @@ class WatchCommit:
     first_seq: int
     last_seq: int
     changes: tuple[WatchChange, ...]
-    position: int  # the batch's boundary event
+    position: int | None  # the batch's boundary event, when read back from storage
 
     def to_json(self) -> JsonObject:
         return {
@@ -224,7 +238,7 @@ class _Binding:
     pending: int = 0  # scheduled async listener calls not yet finished
     retired: bool = False
 
-    def relevant(self, record: AuditRecord) -> bool:
+    def relevant(self, record: _Record) -> bool:
         aggregate = record.aggregate
         if aggregate == f"conversation/{self.conversation_id}":
             return True
@@ -260,6 +274,8 @@ class WatchHub:
         self._poller: asyncio.Task[None] | None = None
         self._faulted = False
         self._delivering = False
+        # Batches this handle saved that are not durable yet: (first, last, scope, events).
+        self._saved: list[tuple[int, int, str, list[Any]]] = []
         line.on_durable = self.durable
         line.on_fault = self.fault
 
@@ -281,6 +297,10 @@ class WatchHub:
                 f"listener must be a callable taking one watch event, got "
                 f"{type(listener).__name__}; or call watch() without one for an async iterator"
             )
+        if isinstance(previews, str) or not isinstance(previews, Sequence):
+            raise InvalidArgumentError(
+                f"previews must be a list of working list names (str), got {previews!r}"
+            )
         kinds = tuple(previews)
         for kind in kinds:
             if not isinstance(kind, str) or not kind:
@@ -300,16 +320,24 @@ class WatchHub:
             binding = _Binding(conversation_id, listener, buffer, kinds)
             base = self._base(binding, conversation, limit)
         self.bindings.append(binding)
+        if not line.read_only:
+            line.on_saved = self.saved  # from now on the committed events are kept
         self._deliver(binding, base)
         if line.read_only:
             self._start_polling()
 
         def unsubscribe() -> None:
-            binding.retired = True
-            with contextlib.suppress(ValueError):
-                self.bindings.remove(binding)
+            self._retire(binding)
 
         return unsubscribe
+
+    def _retire(self, binding: _Binding) -> None:
+        binding.retired = True
+        with contextlib.suppress(ValueError):
+            self.bindings.remove(binding)
+        if not self.bindings:
+            self.line.on_saved = None  # nobody listens: events are not collected
+            self._saved.clear()
 
     def _base(self, binding: _Binding, conversation: ConversationSnapshot, limit: int) -> WatchBase:
         storage = self.line.storage
@@ -398,40 +426,57 @@ class WatchHub:
         return tuple(out)
 
     # ------------------------------------------------------------------ delivery
+    def saved(self, tx: Any, events: list[Any]) -> None:
+        """The owner's own command was saved: keep its events until it is durable."""
+        scope = "main" if tx.working is None else tx.working.scope_id
+        self._saved.append((tx.first, tx.last, scope, events))
+
     def durable(self) -> None:
-        """Everything saved so far is durable: deliver what the bindings have not seen."""
+        """Everything saved so far is durable: deliver what the bindings have not seen —
+        the owner's own batches from the commands themselves (nothing is read back), or,
+        on a read-only handle, what another owner stored since the cursor."""
         if not self.bindings or self._delivering:
+            self._saved.clear()
             return
         self._delivering = True
         try:
-            self._catch_up()
+            if self.line.read_only:
+                self._catch_up()
+                return
+            saved, self._saved = self._saved, []
+            for first, last, scope, events in saved:
+                records = [
+                    _Record(None, aggregate_name(e), type(e).__qualname__, event_payload(e))
+                    for e in events
+                    if type(e).__qualname__ != "Session.Committed"
+                ]
+                self._dispatch(first, last, scope, records, None)
         finally:
             self._delivering = False
 
     def _catch_up(self) -> None:
         storage = self.line.storage
-        batch: list[AuditRecord] = []
+        batch: list[_Record] = []
         while True:
             records = storage.audit(after=self.position, limit=_READ_PAGE)
-            if not records:
-                return
             for record in records:
-                batch.append(record)
                 if record.event == "Session.Committed":
-                    self._dispatch(batch)
+                    payload = record.payload
+                    first, last = payload.get("first"), payload.get("last")
+                    assert isinstance(first, int) and isinstance(last, int)
+                    scope = str(payload.get("scope"))
+                    self._dispatch(first, last, scope, batch, record.position)
                     batch = []
                     self.position = record.position
-            if batch:  # a page ended inside a batch: re-read it whole next time
-                batch = []
-                if len(records) < _READ_PAGE:
-                    return  # the boundary is not stored yet (another writer mid-commit)
+                else:
+                    batch.append(_as_record(record))
+            if len(records) < _READ_PAGE:
+                return  # caught up (a batch without its boundary is not stored whole yet)
+            batch = []  # a page ended inside a batch: re-read it whole from the cursor
 
-    def _dispatch(self, batch: list[AuditRecord]) -> None:
-        boundary = batch[-1]
-        first = boundary.payload.get("first")
-        last = boundary.payload.get("last")
-        scope = boundary.payload.get("scope")
-        assert isinstance(first, int) and isinstance(last, int)
+    def _dispatch(
+        self, first: int, last: int, scope: str, batch: list[_Record], position: int | None
+    ) -> None:
         for binding in list(self.bindings):
             if binding.retired:
                 continue
@@ -442,37 +487,35 @@ class WatchHub:
                 for kind in binding.previews:
                     frames = self._frames(binding, task, kind)
                     if frames:
-                        self._deliver(binding, WatchPreview(task, kind, frames, boundary.position))
+                        self._deliver(binding, WatchPreview(task, kind, frames, position))
                 continue
             changes = tuple(
                 WatchChange(r.position, r.aggregate, r.event, r.payload)
-                for r in batch[:-1]
+                for r in batch
                 if binding.relevant(r)
             )
             if not changes:
                 continue
-            self._deliver(binding, WatchCommit(first, last, changes, boundary.position))
-            touched = {int(c.aggregate[5:]) for c in changes if c.aggregate.startswith("task/")}
-            if touched:
-                was_busy = bool(binding.live)
-                for change in changes:
-                    if change.aggregate.startswith("task/"):
-                        role = change.payload.get("role")
-                        task_id = int(change.aggregate[5:])
-                        if role == "terminal":
-                            binding.live.discard(task_id)
-                        elif isinstance(role, str):
-                            binding.live.add(task_id)
-                if was_busy and not binding.live:
-                    self._deliver(binding, WatchSignal("idle"))
+            self._deliver(binding, WatchCommit(first, last, changes, position))
+            was_busy = bool(binding.live)
+            touched = False
+            for change in changes:
+                if change.aggregate.startswith("task/"):
+                    touched = True
+                    role = change.payload.get("role")
+                    task_id = int(change.aggregate[5:])
+                    if role == "terminal":
+                        binding.live.discard(task_id)
+                    elif isinstance(role, str):
+                        binding.live.add(task_id)
+            if touched and was_busy and not binding.live:
+                self._deliver(binding, WatchSignal("idle"))
 
     def _deliver(self, binding: _Binding, event: WatchEvent) -> None:
         if binding.retired:
             return
         if binding.pending >= binding.buffer:
-            binding.retired = True
-            with contextlib.suppress(ValueError):
-                self.bindings.remove(binding)
+            self._retire(binding)
             self._call(binding, WatchSignal("rebind", "the consumer fell behind"), force=True)
             return
         self._call(binding, event)
@@ -495,7 +538,9 @@ class WatchHub:
                 binding.pending -= 1
                 if not f.cancelled() and f.exception() is not None and not force:
                     with contextlib.suppress(Exception):
-                        binding.listener(WatchSignal("handler_error", repr(f.exception())))
+                        told = binding.listener(WatchSignal("handler_error", repr(f.exception())))
+                        if inspect.isawaitable(told):  # an async listener: run it too
+                            asyncio.ensure_future(told).add_done_callback(_retrieve)
 
             future.add_done_callback(done)
 
@@ -503,10 +548,10 @@ class WatchHub:
         if self._faulted:
             return
         self._faulted = True
+        self._saved.clear()
         for binding in list(self.bindings):
             self._deliver(binding, WatchSignal("fault", reason))
-            binding.retired = True
-        self.bindings.clear()
+            self._retire(binding)
 
     # ------------------------------------------------------------------ other writers
     def _start_polling(self) -> None:
@@ -539,6 +584,16 @@ class WatchHub:
         self.bindings.clear()
         if self._poller is not None:
             self._poller.cancel()
+
+
+def _as_record(record: AuditRecord) -> _Record:
+    return _Record(record.position, record.aggregate, record.event, record.payload)
+
+
+def _retrieve(f: asyncio.Future[Any]) -> None:
+    """A listener's failure to take ``handler_error`` is not reported again."""
+    if not f.cancelled():
+        f.exception()
 
 
 def _scope_task(scope: object) -> int | None:

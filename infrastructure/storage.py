@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import fields, is_dataclass
-from datetime import datetime
 from typing import Any, Protocol, cast
 from uuid import UUID
 
@@ -17,6 +15,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityError, StoredEvent
 
 from pico.application.chain import ChainBreak, ChainReport
+from pico.application.events import aggregate_name, event_payload
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
 from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
 from pico.domain.session import BOUNDARIES
@@ -33,6 +32,7 @@ from pico.projections.ops import project, project_working
 from pico.projections.queries import Queries, ReadStore, StateQueries, TaskQueries
 
 __all__ = ["BATCH_END", "SNAPSHOT_INTERVAL", "EventSourcedStorage", "aggregate_name", "make_mapper"]
+
 
 log = logging.getLogger("pico.storage")
 
@@ -234,7 +234,7 @@ class EventSourcedStorage:
                     version=stored.originator_version,
                     event=type(event).__qualname__,
                     timestamp=getattr(event, "timestamp", None),
-                    payload=_payload(event),
+                    payload=event_payload(event),
                 )
             )
         return out
@@ -316,25 +316,3 @@ def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
 #: A saved batch ends with its boundary: a command's Committed, or an opening's Claimed
 #: (the audit replay and ``pico check`` both cut the log there).
 BATCH_END = BOUNDARIES
-
-
-def aggregate_name(event: Any) -> str:
-    """The auditor's name of the stream an event belongs to."""
-    owner = type(event).__qualname__.split(".", 1)[0]
-    if owner == "Conversation":
-        return f"conversation/{event.conversation_id}"
-    if owner == "Task":
-        return f"task/{event.task_id}"
-    return "session"
-
-
-def _payload(event: Any) -> dict[str, Any]:
-    names = [f.name for f in fields(event)] if is_dataclass(event) else list(vars(event))
-    skip = {"originator_id", "originator_version", "timestamp"}
-    out: dict[str, Any] = {}
-    for name in names:
-        if name in skip:
-            continue
-        value = getattr(event, name)
-        out[name] = value.isoformat() if isinstance(value, datetime) else value
-    return out
