@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from pico.application.audit import JSON_TEXT_FIELDS
 from pico.application.events import aggregate_name, event_payload
 from pico.application.flows.inputs import MODES
 from pico.application.ports import AuditRecord
@@ -446,9 +447,9 @@ class WatchHub:
             saved, self._saved = self._saved, []
             for first, last, scope, events in saved:
                 records = [
-                    _Record(None, aggregate_name(e), type(e).__qualname__, event_payload(e))
+                    _Record(None, aggregate_name(e), name, _decoded(name, event_payload(e)))
                     for e in events
-                    if type(e).__qualname__ != "Session.Committed"
+                    if (name := type(e).__qualname__) != "Session.Committed"
                 ]
                 self._dispatch(first, last, scope, records, None)
         finally:
@@ -587,7 +588,23 @@ class WatchHub:
 
 
 def _as_record(record: AuditRecord) -> _Record:
-    return _Record(record.position, record.aggregate, record.event, record.payload)
+    return _Record(
+        record.position, record.aggregate, record.event, _decoded(record.event, record.payload)
+    )
+
+
+def _decoded(event: str, payload: JsonObject) -> JsonObject:
+    """The payload with its JSON-text fields (an entry's content, a task's state, a value)
+    as the JSON they hold, as the audit export shows them: one answer, not JSON in JSON."""
+    names = JSON_TEXT_FIELDS.get(event)
+    if not names:
+        return payload
+    out = dict(payload)
+    for name in names:
+        text = out.get(name)
+        if isinstance(text, str):
+            out[name] = loads(text)
+    return out
 
 
 def _retrieve(f: asyncio.Future[Any]) -> None:
