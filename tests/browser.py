@@ -100,16 +100,26 @@ class Page:
         """Click the element matching ``css`` once it is displayed and enabled."""
 
         def click() -> None:
-            from selenium.webdriver.support import expected_conditions as ec
+            def clicked(driver: Any) -> bool:
+                # Find and click in one attempt: a page that re-renders replaces the
+                # element, and the wait retries on a stale or missing one.
+                element = driver.find_element(*_css(css))
+                if not (element.is_displayed() and element.is_enabled()):
+                    return False
+                element.click()
+                return True
 
-            element = self._wait(ec.element_to_be_clickable(_css(css)), f"{css} clickable")
-            element.click()
+            self._wait(clicked, f"{css} clickable")
 
         await self.run(click)
 
     async def text(self, css: str) -> str:
+        """The text of the element matching ``css`` (waiting until one exists)."""
+
         def text() -> str:
-            return str(self.driver.find_element(*_css(css)).text)
+            # A one-tuple is truthy even for an empty text, so the wait ends once it exists.
+            (found,) = self._wait(lambda d: (d.find_element(*_css(css)).text,), css)
+            return str(found)
 
         return await self.run(text)
 
@@ -190,11 +200,23 @@ class Page:
         return path
 
     def _wait(self, condition: Any, what: str, timeout: float = WAIT_SECONDS) -> Any:
-        from selenium.common.exceptions import TimeoutException
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+            TimeoutException,
+        )
         from selenium.webdriver.support.ui import WebDriverWait
 
         try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(condition)
+            wait = WebDriverWait(
+                self.driver,
+                timeout,
+                poll_frequency=0.05,
+                # The page re-renders lists as commits land: retry, never fail, on an
+                # element replaced or not yet there.
+                ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+            )
+            return wait.until(condition)
         except TimeoutException:
             # Save what the page showed: the failure's best evidence.
             shot = self.artifacts / f"{self.prefix}-timeout.png"
