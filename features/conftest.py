@@ -29,6 +29,7 @@ from features.steps.shutdown import *  # noqa: F403
 from features.steps.subagents import *  # noqa: F403
 from features.steps.tamper import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
+from features.steps.watch import *  # noqa: F403
 from tests.backends import BACKENDS, make_backend, require_postgres
 
 
