@@ -703,8 +703,7 @@ async def test_a_read_only_handle_in_another_process_follows_the_owner_gaplessly
         await c.append("user", "stop")
         delivered: list[dict[str, Any]] = []
         while not delivered or not any(
-            ch["event"] == "Conversation.EntryAppended"
-            and ch["payload"]["content"] == "stop"
+            ch["event"] == "Conversation.EntryAppended" and ch["payload"]["content"] == "stop"
             for ch in delivered[-1]["changes"]
         ):
             event = await line()
