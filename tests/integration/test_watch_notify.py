@@ -89,12 +89,19 @@ async def _pair(url: str) -> AsyncIterator[tuple[pico.ConversationHandle, Watche
 
 def _entries(event: WatchEvent) -> list[str]:
     assert isinstance(event, WatchCommit), event
-    # The stored content is JSON text (byte-exact bodies): decode it as a reader would.
     return [
-        json.loads(str(c.payload["content"]))
+        _text(c.payload["content"])
         for c in event.changes
         if c.event == "Conversation.EntryAppended"
     ]
+
+
+def _text(content: Any) -> Any:
+    # The audit payload shows content decoded; older payloads carried its stored JSON text.
+    if isinstance(content, str):
+        with contextlib.suppress(ValueError):
+            return json.loads(content)
+    return content
 
 
 def _raw_listen(url: str, channel: str) -> psycopg.Connection[Any]:
@@ -305,8 +312,9 @@ CHILD = textwrap.dedent(
         listener = h._line.storage.wait_commit.__self__
 
         def show(event):
-            entries = [json.loads(c.payload["content"]) for c in getattr(event, "changes", ())
+            entries = [c.payload["content"] for c in getattr(event, "changes", ())
                        if c.event == "Conversation.EntryAppended"]
+            entries = [json.loads(e) if e.startswith('"') else e for e in entries]
             print(json.dumps({"type": type(event).__name__, "entries": entries}), flush=True)
 
         h.watch(int(cid), show)
