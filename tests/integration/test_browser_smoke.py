@@ -69,13 +69,13 @@ async def test_a_click_in_headless_chromium_changes_the_page_through_the_server(
 async def test_a_wait_that_never_comes_fails_with_the_page_text_and_a_screenshot(
     tmp_path: Path,
 ) -> None:
-    async with serve(_app([])) as url, chromium(tmp_path, name="timeout") as page:
+    async with serve(_app([])) as url, chromium(tmp_path, name="expected-timeout") as page:
         await page.open(url + "/")
         with pytest.raises(AssertionError) as caught:
             await page.wait_for_text("#out", "clicked 1", timeout=0.5)
     message = str(caught.value)
     assert "#out showing 'clicked 1'" in message and "not clicked" in message
-    assert (browser.artifacts_dir(tmp_path) / "timeout-timeout.png").stat().st_size > 0
+    assert (browser.artifacts_dir(tmp_path) / "expected-timeout-timeout.png").stat().st_size > 0
 
 
 def test_missing_browser_skips_locally_and_fails_when_every_backend_is_required(
