@@ -278,6 +278,24 @@ async def test_a_deferred_settlement_pending_at_registration_is_durable_before_t
     await h.close()
 
 
+async def test_a_second_watch_over_a_pending_deferred_command_splits_it_cleanly(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(line_module, "FLUSH_WINDOW", 3600.0)
+    h = await backend.open()
+    c = await h.root()
+    first = Seen()
+    h.watch(c.id, first)
+    deferred = await h._line.run(_append(c.id, "deferred"), defer=True)
+    second = Seen()
+    h.watch(c.id, second)  # makes it durable: the first watcher is told, the second has it
+    assert first.entry_ids() == [deferred]
+    assert [e.id for e in second.base.entries] == [deferred] and second.commits() == []
+    after = await c.append("user", "after")
+    assert first.entry_ids() == [deferred, after] and second.entry_ids() == [after]
+    await h.close()
+
+
 async def test_a_deferred_command_after_registration_is_delivered_when_durable(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
