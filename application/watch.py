@@ -57,6 +57,9 @@ __all__ = [
     "WatchPreview",
     "WatchSignal",
     "WatchStream",
+    "conversation_json",
+    "entry_json",
+    "task_json",
 ]
 
 #: The working lists a watch previews by default: a generation's streamed text frames and
@@ -137,12 +140,10 @@ class WatchBase:
     def to_json(self) -> JsonObject:
         return {
             "type": "base",
-            "conversation": _conversation_json(self.conversation),
-            "entries": [_entry_json(e) for e in self.entries],
-            "referenced_inputs": {
-                str(k): _entry_json(v) for k, v in self.referenced_inputs.items()
-            },
-            "tasks": [_task_json(t) for t in self.tasks],
+            "conversation": conversation_json(self.conversation),
+            "entries": [entry_json(e) for e in self.entries],
+            "referenced_inputs": {str(k): entry_json(v) for k, v in self.referenced_inputs.items()},
+            "tasks": [task_json(t) for t in self.tasks],
             "queued": [{"input": i, "mode": m} for i, m in self.queued],
             "previews": [p.to_json() for p in self.previews],
             "as_of": self.as_of,
@@ -185,23 +186,25 @@ WatchEvent: TypeAlias = WatchBase | WatchCommit | WatchPreview | WatchSignal
 Listener: TypeAlias = Callable[[WatchEvent], Any]
 
 
-def _conversation_json(c: ConversationSnapshot) -> JsonObject:
-    source = c.source
+# The JSON forms of the records a watch base carries (and the inspector serves).
+
+
+def conversation_json(c: ConversationSnapshot) -> JsonObject:
     return {
         "id": c.id,
         "context": list(c.context),
         "source": None
-        if source is None
-        else {"conversation_id": source.conversation_id, "as_of": source.as_of},
-        "inherit_state": c.inherit_state,
-        "prefix_revision": c.prefix_revision,
+        if c.source is None
+        else {"conversation_id": c.source.conversation_id, "as_of": c.source.as_of},
         "owner_task_id": c.owner_task_id,
+        "prefix_revision": c.prefix_revision,
+        "inherit_state": c.inherit_state,
         "created_seq": c.created_seq,
         "deleted": c.deleted,
     }
 
 
-def _entry_json(e: Entry) -> JsonObject:
+def entry_json(e: Entry) -> JsonObject:
     return {
         "id": e.id,
         "conversation_id": e.conversation_id,
@@ -209,21 +212,28 @@ def _entry_json(e: Entry) -> JsonObject:
         "content": e.content,
         "metadata": e.metadata,
         "key": e.key,
+        "by_task_id": e.by_task_id,
+        "commit_end": e.commit_end,
     }
 
 
-def _task_json(t: TaskSnapshot) -> JsonObject:
+def task_json(t: TaskSnapshot) -> JsonObject:
     return {
         "id": t.id,
         "conversation_id": t.conversation_id,
         "kind": t.kind,
         "status": t.status,
         "role": t.role,
-        "foreground": t.foreground,
+        "live": t.live,
+        "state": t.state,
         "after": list(t.after),
+        "foreground": t.foreground,
         "spawned_by": t.spawned_by,
         "owned_conversation_id": t.owned_conversation_id,
+        "not_before": t.not_before,
+        "required_permit": t.required_permit,
         "abort_requested": t.abort_requested,
+        "updated_seq": t.updated_seq,
     }
 
 

@@ -34,7 +34,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pico.application.audit import audit_records
 from pico.application.harness import Harness
-from pico.application.watch import MAX_WATCH_LIMIT, WatchSignal
+from pico.application.watch import (
+    MAX_WATCH_LIMIT,
+    WatchSignal,
+    conversation_json,
+    entry_json,
+    task_json,
+)
 from pico.domain.errors import (
     ClosedError,
     CommandRejectedError,
@@ -50,8 +56,7 @@ from pico.domain.errors import (
     UnknownTaskError,
 )
 from pico.domain.ids import check_id, check_limit, check_position
-from pico.domain.json import JsonObject, JsonValue
-from pico.domain.values import ConversationSnapshot, Entry, TaskSnapshot
+from pico.domain.json import JsonValue
 from pico.infrastructure.settings import check_session_name, check_storage_url, mask_url
 
 __all__ = [
@@ -80,54 +85,6 @@ class DecisionsNotAllowedError(PicoError):
 
 
 # ---------------------------------------------------------------------- JSON shapes
-def conversation_json(c: ConversationSnapshot) -> JsonObject:
-    return {
-        "id": c.id,
-        "context": list(c.context),
-        "source": None
-        if c.source is None
-        else {"conversation_id": c.source.conversation_id, "as_of": c.source.as_of},
-        "owner_task_id": c.owner_task_id,
-        "prefix_revision": c.prefix_revision,
-        "inherit_state": c.inherit_state,
-        "created_seq": c.created_seq,
-        "deleted": c.deleted,
-    }
-
-
-def entry_json(e: Entry) -> JsonObject:
-    return {
-        "id": e.id,
-        "conversation_id": e.conversation_id,
-        "kind": e.kind,
-        "content": e.content,
-        "metadata": e.metadata,
-        "key": e.key,
-        "by_task_id": e.by_task_id,
-        "commit_end": e.commit_end,
-    }
-
-
-def task_json(t: TaskSnapshot) -> JsonObject:
-    return {
-        "id": t.id,
-        "conversation_id": t.conversation_id,
-        "kind": t.kind,
-        "status": t.status,
-        "role": t.role,
-        "live": t.live,
-        "state": t.state,
-        "after": list(t.after),
-        "foreground": t.foreground,
-        "spawned_by": t.spawned_by,
-        "owned_conversation_id": t.owned_conversation_id,
-        "not_before": t.not_before,
-        "required_permit": t.required_permit,
-        "abort_requested": t.abort_requested,
-        "updated_seq": t.updated_seq,
-    }
-
-
 def _error(exc: Exception, status: int) -> JSONResponse:
     return JSONResponse({"error": str(exc), "type": type(exc).__name__}, status_code=status)
 
