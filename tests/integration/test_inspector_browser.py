@@ -17,7 +17,7 @@ from pathlib import Path
 import pico
 from pico import FauxProvider, FauxResponse, ToolContext
 from pico.domain.json import JsonObject
-from pico.infrastructure.inspector import create_app
+from pico.infrastructure.inspector import create_app, create_app_for_url
 from tests.backends import make_backend
 from tests.browser import Page, chromium, serve
 
@@ -167,5 +167,53 @@ async def test_a_read_only_inspector_shows_the_approval_without_grant_or_deny(
             await page.screenshot("approval-read-only")
         still = await h.task(approval.id)
         assert still is not None and still.status == "pending"
+    finally:
+        await h.close()
+
+
+async def test_pico_serve_mode_follows_another_owners_commits_through_a_read_only_handle(
+    tmp_path: Path,
+) -> None:
+    backend = make_backend("sqlite", tmp_path)
+    owner = await backend.open()
+    try:
+        c = await owner.root()
+        await c.append("user", "before the page opened")
+        # The app opens its own read-only handle on the session (as `pico serve` does).
+        app = create_app_for_url(backend.url)
+        async with serve(app) as url, chromium(tmp_path, name="inspector-url") as page:
+            await _follow(page, url, owner, c.id)
+            await page.wait_for_text("#transcript", "before the page opened")
+            await page.script("window.picoMarker = 'same page'")
+            await c.append("user", "committed by the owner")
+            # Check: the read-only handle's watch saw the owner's commit, the page showed it.
+            await page.wait_for_text("#transcript", "committed by the owner")
+            assert await page.script("return window.picoMarker") == "same page"
+            await page.screenshot("other-owner")
+    finally:
+        await owner.close()
+
+
+async def test_a_token_protected_inspector_needs_the_token_once_in_the_url(
+    tmp_path: Path,
+) -> None:
+    h = await make_backend("sqlite", tmp_path).open()
+    try:
+        c = await h.root()
+        await c.append("user", "behind a token")
+        app = create_app(h, token="s3cret-token")
+        async with serve(app) as url, chromium(tmp_path, name="inspector-token") as page:
+            # Check: without the token the page says how to get in, and shows nothing.
+            await page.open(url + "/")
+            await page.wait_for_text("#error", "needs its token")
+            assert await page.count("#transcript [data-testid='entry']") == 0
+            # With ?token= once: the page follows, and the token leaves the address bar.
+            await page.open(url + "/?token=s3cret-token")
+            await page.wait_for("#live-status[data-state='live']", visible=False)
+            await page.wait_for_text("#transcript", "behind a token")
+            assert "s3cret-token" not in await page.script("return window.location.href")
+            await c.append("user", "still followed")
+            await page.wait_for_text("#transcript", "still followed")
+            await page.screenshot("token")
     finally:
         await h.close()
