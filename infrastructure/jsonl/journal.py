@@ -43,6 +43,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "Batch",
+    "Cursor",
     "Journal",
     "Loaded",
     "WorkingBatch",
@@ -109,7 +110,28 @@ class Loaded:
     #: Per sidecar: (first seq, scope) of its lifetime.
     lifetimes: dict[Path, tuple[int, str]] = field(default_factory=dict)
     main_length: int = 0  # bytes of complete lines in the main file
+    main_lines: int = 0  # how many complete lines those are (the header included)
+    last: int = 0  # the last batch's sequence (the one read from before, if none is new)
     torn: bool = False  # the main file ends with an unterminated line
+
+
+@dataclass
+class Cursor:
+    """How far a reader has consumed the files: ``load(cursor)`` reads only what follows
+    (complete lines only; a torn tail is left for the next read)."""
+
+    main_length: int = 0  # bytes of the main file consumed (complete lines only)
+    main_lines: int = 0
+    last: int = 0
+    #: Per sidecar: the byte length of its prefix already consumed.
+    sidecars: dict[Path, int] = field(default_factory=dict)
+
+    def advance(self, loaded: Loaded) -> None:
+        """Move past what ``loaded`` read (sidecars that are gone are forgotten)."""
+        self.main_length = loaded.main_length
+        self.main_lines = loaded.main_lines
+        self.last = loaded.last
+        self.sidecars = dict(loaded.sidecars)
 
 
 def _corrupt(path: Path, line: int, offset: int, why: str) -> StorageCorruptError:
@@ -150,36 +172,65 @@ class Journal:
         self.scopes = directory / f"{base}.scopes"
         self._fds: dict[Path, int] = {}
         self._uuids: dict[str, UUID] = {}
+        #: Bytes read from the files so far (a follower reads only what was appended).
+        self.bytes_read = 0
 
     # ------------------------------------------------------------------ reading
-    def load(self) -> Loaded:
+    def load(self, cursor: Cursor | None = None) -> Loaded:
         """Parse every complete line of the main file and the sidecars (validated), and
-        note a torn tail; change nothing.
+        note a torn tail; change nothing. With a ``cursor``, only what follows it: the
+        main file from its byte offset (no header expected there, the sequence continuing
+        the cursor's), each sidecar from its consumed length (a new one from its start).
 
         A reader may run while the writer of another process appends: the main file is
         read first, then the sidecars, so a sidecar line the main file confirms was
         written before it. Only a sidecar the writer unlinked in between (after a
         retirement this read did not see) can be missing; then the main file has grown
         since, and the whole read is repeated."""
+        cursor = cursor or Cursor()
         for _ in range(_RELOADS):
-            data = self.main.read_bytes()
-            out = self._load(data)
+            data = self._read_from(self.main, cursor.main_length)
+            out = self._load(data, cursor)
             unconfirmed = any(
                 b.scope != MAIN_SCOPE and b.hi not in out.working for b in out.batches
             )
-            if not unconfirmed or self.main.stat().st_size == len(data):
+            if not unconfirmed or self.main.stat().st_size == cursor.main_length + len(data):
                 break
         return out
 
-    def _load(self, data: bytes) -> Loaded:
-        out = Loaded()
-        header_seen = False
-        last = 0
+    def _read_from(self, path: Path, offset: int) -> bytes:
+        """The bytes of ``path`` from ``offset`` on. Past the start, the byte before it is
+        read too and must end a line: a file rewritten under a reader is corruption, not
+        a different history read from the middle of a line."""
+        if offset == 0:
+            data = path.read_bytes()
+            self.bytes_read += len(data)
+            return data
+        with open(path, "rb") as f:
+            f.seek(offset - 1)
+            data = f.read()
+        self.bytes_read += len(data)
+        if data[:1] != b"\n":
+            raise StorageCorruptError(
+                f"{path}: is {offset - 1 + len(data)} bytes long and no longer ends a line "
+                f"at byte offset {offset}, where this reader stopped: the file was truncated "
+                "or rewritten under it (pico only appends). Restore the file from a backup, "
+                "then open the session again"
+            )
+        return data[1:]
+
+    def _load(self, data: bytes, cursor: Cursor) -> Loaded:
+        out = Loaded(main_length=cursor.main_length, main_lines=cursor.main_lines)
+        header_seen = cursor.main_length > 0
+        last = cursor.last
+        base, lines = cursor.main_length, cursor.main_lines
         for number, offset, raw in _lines(data):
+            number, offset = lines + number, base + offset
             if raw is None:
                 out.torn = True
                 break
             out.main_length = offset + len(raw) + 1
+            out.main_lines = number
             record = self._parse(self.main, number, offset, raw)
             if not header_seen:
                 self._check_header(number, offset, record)
@@ -201,10 +252,11 @@ class Journal:
                 )
             last = batch.hi
             out.batches.append(batch)
+        out.last = last
         if self.scopes.is_dir():
             scopes = {batch.hi: batch.scope for batch in out.batches}
             for path in sorted(self.scopes.iterdir()):
-                self._load_sidecar(path, last, scopes, out)
+                self._load_sidecar(path, last, scopes, out, cursor.sidecars.get(path, 0))
         return out
 
     def _parse(self, path: Path, number: int, offset: int, raw: bytes) -> dict[str, Any]:
@@ -270,15 +322,16 @@ class Journal:
         return Batch(lo, hi, scope, events)
 
     def _load_sidecar(
-        self, path: Path, main_last: int, scopes: dict[int, str], out: Loaded
+        self, path: Path, main_last: int, scopes: dict[int, str], out: Loaded, start: int = 0
     ) -> None:
-        confirmed = 0
+        confirmed = start
         lifetime: tuple[int, str] | None = None
         try:
-            data = path.read_bytes()
+            data = self._read_from(path, start)
         except FileNotFoundError:  # unlinked by a writer since the directory was listed
             return
         for number, offset, raw in _lines(data):
+            offset += start  # the file's byte offset (line numbers count from ``start``)
             if raw is None:
                 break  # a torn sidecar tail: never committed (its main line follows it)
             record = self._parse(path, number, offset, raw)

@@ -15,6 +15,13 @@ authoritative: it hides its scope's records through its sequence whether or not 
 sidecar was unlinked afterwards; a sidecar whose lifetime a retirement ended is unlinked
 by the next writer (each lifetime has its own file, so a reused scope name never meets the
 old lifetime's file).
+
+A read-only store follows the writer (of this process or another): ``refresh`` reads what
+was appended after the bytes it has consumed — a ``stat`` first, nothing read when the
+journal did not grow — and applies every new complete batch the way opening does, all of
+them decoded and projected before any is applied; a torn tail is left for the next
+refresh. Its reads refresh first (the read model's ``read()`` at its outermost level, the
+recorder's session reads outside one), so a snapshot is never torn by a refresh inside it.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -40,7 +49,9 @@ from pico.domain.state import StateWrite
 from pico.infrastructure.jsonl.journal import (
     SESSION_TOPIC,
     Batch,
+    Cursor,
     Journal,
+    Loaded,
     WorkingBatch,
     check_append,
 )
@@ -78,6 +89,16 @@ class JsonlStore:
         self.last = 0  # the journal's last durable sequence
         self._lock_fd: int | None = None
         self._lifetimes: dict[str, Path] = {}  # live working scope -> its sidecar
+        # A read-only store follows the journal: what it consumed, and which file it is.
+        self._cursor = Cursor()
+        self._identity: tuple[int, int] | None = None
+        self._mapper: Any = None
+        self._refreshing = threading.RLock()
+        self._in_refresh = False
+        self._broken: str | None = None  # a refresh failed while applying: no more reads
+        self._reading = threading.local()  # per thread: read snapshots open (nesting depth)
+        if read_only:
+            self.db.read_stores[session_id] = _FollowingReadStore(session_id, self)
 
     @property
     def location(self) -> str:
@@ -119,49 +140,14 @@ class JsonlStore:
         loaded = journal.load()
         retired: dict[str, list[int]] = {}
         missing: list[tuple[str, int]] = []
-        events = self.db.streams
-        log_ = self.db.log.setdefault(self.session_id, [])
-        store = self.read_store
         for batch in loaded.batches:
-            domain = [self._decode(mapper, e) for e in batch.events]
-            try:
-                ops: list[RowOp] = project(domain)
-            except Exception as exc:  # decodable events that break an invariant
-                raise StorageCorruptError(
-                    f"{journal.main}: batch {batch.lo}..{batch.hi} decodes but cannot be "
-                    f"replayed ({type(exc).__name__}: {exc}); nothing was changed. Restore "
-                    "the file from a backup; pico check lists what is damaged"
-                ) from exc
-            commit = next((op for op in ops if isinstance(op, PutCommit)), None)
-            for op in ops:
-                if isinstance(op, RetireWorking):
-                    retired.setdefault(op.scope, []).append(op.seq)
-            working = loaded.working.get(batch.hi)
-            if working is not None:
-                ops.extend(project_working(working.writes))
-            elif commit is not None and commit.scope != MAIN:
-                missing.append((commit.scope, commit.first))
-            for e in batch.events:
-                oid = e.originator_id
-                events.setdefault(oid if isinstance(oid, UUID) else UUID(str(oid)), []).append(e)
-                log_.append(e)
-            try:
-                store.apply(ops)
-            except Exception as exc:
-                raise StorageCorruptError(
-                    f"{journal.main}: batch {batch.lo}..{batch.hi} cannot be applied to the "
-                    f"read model ({type(exc).__name__}: {exc}); nothing was changed. Restore "
-                    "the file from a backup; pico check lists what is damaged"
-                ) from exc
-            self.last = batch.hi
-        for scope, first in missing:  # a sidecar may go only once its lifetime retired
-            if not any(seq >= first for seq in retired.get(scope, ())):
-                raise StorageCorruptError(
-                    f"{journal.main}: the working batch of scope {scope!r} at {first} is "
-                    f"committed but its sidecar record is missing from {journal.scopes}; "
-                    "nothing was changed. Restore the sidecar files from a backup"
-                )
+            self._publish(batch, self._prepare(mapper, batch, loaded, retired, missing))
+        self._check_missing(retired, missing)
+        self._mapper = mapper
         if self.read_only:
+            self._cursor.advance(loaded)
+            st = journal.main.stat()
+            self._identity = (st.st_dev, st.st_ino)
             return
         # The files made consistent for the next append: a torn main tail and sidecar
         # records no main line confirmed are cut; sidecars of retired lifetimes go.
@@ -180,6 +166,152 @@ class JsonlStore:
                 journal.truncate(path, length)
             self._lifetimes[scope] = path
         _writers[(str(journal.main.resolve()), self.session_id)] = self
+
+    def _prepare(
+        self,
+        mapper: Any,
+        batch: Batch,
+        loaded: Loaded,
+        retired: dict[str, list[int]],
+        missing: list[tuple[str, int]],
+    ) -> list[RowOp]:
+        """A batch's read-model rows (its working writes' included), decoded and projected
+        without touching the database; notes retirements and missing working records."""
+        domain = [self._decode(mapper, e) for e in batch.events]
+        try:
+            ops: list[RowOp] = project(domain)
+        except Exception as exc:  # decodable events that break an invariant
+            raise StorageCorruptError(
+                f"{self.journal.main}: batch {batch.lo}..{batch.hi} decodes but cannot be "
+                f"replayed ({type(exc).__name__}: {exc}); nothing was changed. Restore "
+                "the file from a backup; pico check lists what is damaged"
+            ) from exc
+        commit = next((op for op in ops if isinstance(op, PutCommit)), None)
+        for op in ops:
+            if isinstance(op, RetireWorking):
+                retired.setdefault(op.scope, []).append(op.seq)
+        working = loaded.working.get(batch.hi)
+        if working is not None:
+            ops.extend(project_working(working.writes))
+        elif commit is not None and commit.scope != MAIN:
+            missing.append((commit.scope, commit.first))
+        return ops
+
+    def _check_missing(self, retired: dict[str, list[int]], missing: list[tuple[str, int]]) -> None:
+        journal = self.journal
+        for scope, first in missing:  # a sidecar may go only once its lifetime retired
+            if not any(seq >= first for seq in retired.get(scope, ())):
+                raise StorageCorruptError(
+                    f"{journal.main}: the working batch of scope {scope!r} at {first} is "
+                    f"committed but its sidecar record is missing from {journal.scopes}; "
+                    "nothing was changed. Restore the sidecar files from a backup"
+                )
+
+    def _publish(self, batch: Batch, ops: list[RowOp]) -> None:
+        """Add a prepared batch to the database: streams, the session's log, rows."""
+        events = self.db.streams
+        log_ = self.db.log.setdefault(self.session_id, [])
+        for e in batch.events:
+            oid = e.originator_id
+            events.setdefault(oid if isinstance(oid, UUID) else UUID(str(oid)), []).append(e)
+            log_.append(e)
+        try:
+            self.read_store.apply(ops)
+        except Exception as exc:
+            raise StorageCorruptError(
+                f"{self.journal.main}: batch {batch.lo}..{batch.hi} cannot be applied to the "
+                f"read model ({type(exc).__name__}: {exc}); nothing was changed. Restore "
+                "the file from a backup; pico check lists what is damaged"
+            ) from exc
+        self.last = batch.hi
+
+    # ------------------------------------------------------------------ follow
+    def refresh(self, mapper: Any = None) -> int:
+        """Read-only: apply the batches another writer appended since the last read, and
+        return how many. A ``stat`` decides whether to read at all; only the bytes after
+        the consumed offset are read, a torn tail is left for the next refresh, and every
+        new batch is decoded and projected before the first is applied (then all of them
+        at once, under the database lock: no reader sees part of one). A journal that is
+        gone, shorter than what was consumed or replaced by another file, and a batch
+        that does not decode, are ``StorageCorruptError`` (nothing applied); an
+        unreadable file is ``StorageUnavailableError``. A no-op on a writing store (its
+        database is the journal's source) and before the store is open."""
+        if not self.read_only or self._identity is None:
+            return 0
+        with self._refreshing:
+            if self._in_refresh:  # a read while applying: it sees the state before
+                return 0
+            self._in_refresh = True
+            try:
+                return self._refresh(mapper or self._mapper)
+            except OSError as exc:
+                raise StorageUnavailableError(
+                    f"cannot read the JSONL journal {self.location}: {type(exc).__name__}: "
+                    f"{exc}; check that the files are readable, then read again"
+                ) from exc
+            finally:
+                self._in_refresh = False
+
+    def _refresh(self, mapper: Any) -> int:
+        journal = self.journal
+        if self._broken is not None:
+            raise StorageCorruptError(self._broken)
+        cursor = self._cursor
+        try:
+            st = os.stat(journal.main)
+        except FileNotFoundError:
+            raise StorageCorruptError(
+                f"{journal.main}: the journal this read-only handle follows is gone; nothing "
+                "was changed. Restore it from a backup, then open the session again"
+            ) from None
+        if (st.st_dev, st.st_ino) != self._identity or st.st_size < cursor.main_length:
+            raise StorageCorruptError(
+                f"{journal.main}: the journal is {st.st_size} bytes long, or another file, "
+                f"but this read-only handle already read {cursor.main_length} bytes of it "
+                f"(through batch ..{cursor.last}): it was truncated or replaced (pico only "
+                "appends); nothing was changed. Restore the file from a backup, then open the "
+                "session again"
+            )
+        if st.st_size == cursor.main_length:
+            return 0
+        loaded = journal.load(cursor)
+        if not loaded.batches:
+            return 0  # only a torn tail: the writer is mid-append
+        retired: dict[str, list[int]] = {}
+        missing: list[tuple[str, int]] = []
+        prepared = [
+            (batch, self._prepare(mapper, batch, loaded, retired, missing))
+            for batch in loaded.batches
+        ]
+        self._check_missing(retired, missing)
+        with self.db.lock:
+            try:
+                for batch, ops in prepared:
+                    self._publish(batch, ops)
+            except StorageCorruptError as exc:
+                # Part of the batches is applied: this handle's reads are wrong from here.
+                self._broken = f"{exc} (this read-only handle stopped following; open again)"
+                raise
+            cursor.advance(loaded)
+        return len(prepared)
+
+    def follow(self) -> None:
+        """Refresh, unless this thread is inside a read snapshot (which must not change)."""
+        if self.read_only and not getattr(self._reading, "depth", 0):
+            self.refresh()
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """A read snapshot: refreshed at its start (outermost only), then held."""
+        depth: int = getattr(self._reading, "depth", 0)
+        if depth == 0:
+            self.refresh()
+        with self.db.lock:
+            self._reading.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._reading.depth = depth
 
     def _decode(self, mapper: Any, stored: StoredEvent) -> Any:
         try:
@@ -278,5 +410,50 @@ class JsonlRecorder(MemoryRecorder):
                 self.publish(stored_events, session_id, ops)
         return None
 
+    # A read-only handle follows the journal: its session reads refresh first.
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        self.store.follow()
+        return super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+
+    def select_session_events(
+        self, session_id: str, *, after: int, limit: int
+    ) -> list[tuple[int, StoredEvent]]:
+        self.store.follow()
+        return super().select_session_events(session_id, after=after, limit=limit)
+
+    def last_session_position(self, session_id: str) -> int:
+        self.store.follow()
+        return super().last_session_position(session_id)
+
+    def count_session_events(self, session_id: str, *, after: int) -> int:
+        self.store.follow()
+        return super().count_session_events(session_id, after=after)
+
     def close(self) -> None:
         self.store.close()
+
+
+class _FollowingReadStore(MemoryReadStore):
+    """A read-only store's read model: every read snapshot refreshes from the journal
+    first (the outermost one only: a snapshot never changes under its reader)."""
+
+    # A slot, not an instance attribute: ``pico check`` compares the instance's indexes
+    # (its ``vars()``) with a replay's, and the store it follows is not one.
+    __slots__ = ("_follows",)
+
+    def __init__(self, session_id: str, store: JsonlStore) -> None:
+        super().__init__(session_id, store.db.lock)
+        self._follows = store
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._follows.reading():
+            yield

@@ -671,15 +671,7 @@ _CHILD = textwrap.dedent(
     [
         "sqlite",
         "postgresql",
-        pytest.param(
-            "jsonl",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=TimeoutError,
-                reason="a read-only JSONL handle reads the file once at open: it does not "
-                "see another writer's appends yet",
-            ),
-        ),
+        "jsonl",
     ],
 )
 async def test_a_read_only_handle_in_another_process_follows_the_owner_gaplessly(
