@@ -125,6 +125,48 @@ async def test_a_read_only_handle_follows_a_writer_in_this_process_whole_and_in_
         await writer.close()
 
 
+async def test_the_reader_sees_the_writers_new_tasks_and_conversations(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    provider = pico.FauxProvider(["hi"])
+    writer = await pico.Harness.open(url, session=SESSION, provider=provider)
+    c = await writer.root()
+    reader = await pico.Harness.open(url, session=SESSION, read_only=True)
+    try:
+        assert not (await reader.tasks()).items
+        input_id = await c.accept("hello")  # the input and its generation task, one commit
+        other: int = await writer.command(lambda tx: tx.create_conversation())
+        # Check: task, entry and conversation reads refresh too.
+        [task] = (await writer.tasks(limit=1)).items
+        seen = await reader.task(task.id)
+        assert seen is not None and seen.conversation_id == c.id
+        assert (await reader.entry(input_id)) == (await writer.entry(input_id))
+        assert await reader.conversation(other) is not None
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+async def test_the_reader_follows_a_turn_whose_frames_went_to_a_sidecar(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    provider = pico.FauxProvider(["a streamed answer"], chunk_chars=3)
+    writer = await pico.Harness.open(url, session=SESSION, provider=provider)
+    c = await writer.root()
+    reader = await pico.Harness.open(url, session=SESSION, read_only=True)
+    try:
+        seen = Seen()
+        reader.watch(c.id, seen)
+        _, result = await c.prompt("hello")
+        assert result is not None and result.entry_id is not None
+        # Check: the working batches (and their retirement) replay on the reader as well.
+        answer = await reader.entry(result.entry_id)
+        assert answer is not None and answer == await writer.entry(result.entry_id)
+        assert await _ids(reader, c.id) == await _ids(writer, c.id)
+        await seen.until(lambda s: result.entry_id in s.entry_ids())
+    finally:
+        await reader.close()
+        await writer.close()
+
+
 async def test_a_refresh_never_runs_inside_a_read_snapshot(tmp_path: Path) -> None:
     url = _url(tmp_path)
     writer = await pico.Harness.open(url, session=SESSION)
