@@ -248,6 +248,7 @@ class _Binding:
     list_cursors: dict[tuple[int, str], int] = field(default_factory=dict)
     pending: int = 0  # scheduled async listener calls not yet finished
     retired: bool = False
+    after: int = 0  # batches read back at or before this position are in its base
 
     def relevant(self, record: _Record) -> bool:
         aggregate = record.aggregate
@@ -323,12 +324,16 @@ class WatchHub:
         storage = line.storage
         # ONE step, no await: boundaries, base, registration.
         with storage.snapshot():
+            start = storage.last_position()
             if not self.bindings:
-                self.position = storage.last_position()
+                self.position = start
             conversation = storage.reads.get_conversations([conversation_id]).get(conversation_id)
             if conversation is None:
                 raise UnknownConversationError(conversation_id)
             binding = _Binding(conversation_id, listener, buffer, kinds)
+            # Its base holds every stored batch up to ``start``; a read-only hub whose
+            # cursor lags (the poll has not run yet) must not deliver those again to it.
+            binding.after = start
             base = self._base(binding, conversation, limit)
         self.bindings.append(binding)
         if not line.read_only:
@@ -489,7 +494,7 @@ class WatchHub:
         self, first: int, last: int, scope: str, batch: list[_Record], position: int | None
     ) -> None:
         for binding in list(self.bindings):
-            if binding.retired:
+            if binding.retired or (position is not None and position <= binding.after):
                 continue
             if scope != "main":
                 task = _scope_task(scope)

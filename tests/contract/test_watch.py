@@ -794,3 +794,30 @@ async def test_watch_on_a_closed_handle_is_refused(backend: Backend) -> None:
     await h.close()
     with pytest.raises(pico.ClosedError):
         h.watch(c.id, Seen())
+
+
+async def test_a_second_read_only_watch_while_the_poll_lags_gets_each_commit_once(
+    backend: Backend,
+) -> None:
+    """A read-only hub's cursor lags the storage until its poll runs: a watch registered in
+    between has the new commit in its base and must not be delivered it again, while the
+    first watcher still gets it."""
+    if backend.name == "memory":
+        pytest.skip("a read-only handle on another handle's memory storage is not a reader")
+    h = await backend.open()
+    c = await h.root()
+    reader = await backend.open(read_only=True)
+    reader.watches.poll_interval = 3600.0  # the test runs the catch-up itself
+    first, second = Seen(), Seen()
+    reader.watch(c.id, first)
+    x = await c.append("user", "x")
+    reader.watch(c.id, second)  # before any poll: the base already has x
+    assert [e.id for e in second.base.entries] == [x]
+    reader.watches.durable()  # the lagging catch-up
+    assert first.entry_ids() == [x]
+    assert second.entry_ids() == []  # not delivered a second time
+    y = await c.append("user", "y")
+    reader.watches.durable()
+    assert first.entry_ids() == [x, y] and second.entry_ids() == [y]
+    await reader.close()
+    await h.close()
