@@ -29,6 +29,7 @@ from pico.application.flows.tool import answer_held_call
 from pico.application.gate import ConfigurationGate, Fingerprint, fingerprint
 from pico.application.hooks import Hooks
 from pico.application.host import ProcessHost
+from pico.application.lease import Heartbeat, Lease
 from pico.application.line import CommandLine
 from pico.application.model import ModelProvider
 from pico.application.ports import AuditRecord, ReadPort, Storage
@@ -71,6 +72,15 @@ from pico.domain.values import (
 
 __all__ = ["Harness"]
 
+# Leases live in PostgreSQL (docs/workers.md); a URL of any other backend is refused
+# before anything is opened.
+_LEASE_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+_NO_LEASES = (
+    "leases need PostgreSQL (a lease row renewed on the database's clock); {where} has "
+    "none. Open a postgresql://user@host/db URL with lease=..., or drop lease= (SQLite "
+    "and JSONL keep one writer by their own locks and claims)"
+)
+
 T = TypeVar("T")
 
 
@@ -88,6 +98,8 @@ class Harness:
         self._shutdown: asyncio.Event | None = None
         # The resume gate of a write open for agent work (gate.py); None: not gated.
         self._gate: ConfigurationGate | None = None
+        # The session's lease (lease.py) when opened with lease=...; None otherwise.
+        self._heartbeat: Heartbeat | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -113,6 +125,7 @@ class Harness:
         resume_reminder: str = "",
         host: ProcessHost | None = None,
         job_directory: str | None = None,
+        lease: Lease | None = None,
     ) -> Harness:
         """Open (or create) a session.
 
@@ -157,6 +170,12 @@ class Harness:
             job_directory: where job logs and status files go (default: beside a SQLite
                 file, ``<db>.jobs/<session>``; in a JSONL directory, ``jobs/<session>``;
                 else under the temporary directory). Captured by each job at creation.
+            lease: hold the session under a lease renewed in the background
+                (PostgreSQL only; docs/workers.md): acquired before the claim, so an open
+                while another worker's lease is unexpired raises ``SessionLeasedError``
+                and writes nothing; a lease not renewed by its local deadline faults the
+                handle before the database lets another worker take it; released by
+                ``close``. Without it (the default) nothing changes.
 
         Raises ``InvalidArgumentError`` (an unknown ``tool_execution``; nothing opened),
         ``InvalidArgumentError`` (``max_attempts`` not an int of at least 1, ``retry_delay``
@@ -209,6 +228,19 @@ class Harness:
             raise InvalidArgumentError(
                 f"host must be a ProcessHost (pico.application.host), not {type(host).__name__}"
             )
+        if lease is not None:
+            if not isinstance(lease, Lease):
+                raise InvalidArgumentError(
+                    f"lease must be a pico.Lease(ttl=..., renew_every=...), not "
+                    f"{type(lease).__name__}"
+                )
+            if read_only:
+                raise InvalidArgumentError(
+                    "a read-only open takes no lease (it writes nothing); drop lease= or "
+                    "read_only=True"
+                )
+            if isinstance(storage, str) and not storage.startswith(_LEASE_SCHEMES):
+                raise ConfigurationError(_NO_LEASES.format(where=storage.split("://")[0]))
         clock = clock or SystemClock()  # one clock for the scheduler and every flow
         own = set(registry.kinds())
         jobs: JobServices | None = None
@@ -250,7 +282,20 @@ class Harness:
         else:
             store = storage
         gate = None if current is None else ConfigurationGate(store.session_id, current)
+        heartbeat: Heartbeat | None = None
         try:
+            if lease is not None:
+                leases = getattr(store, "leases", None)
+                if leases is None:
+                    raise ConfigurationError(_NO_LEASES.format(where=type(store).__name__))
+                # Before the claim: a held lease refuses the open with nothing written.
+                beat = Heartbeat(leases(), lease, store.session_id)
+                try:
+                    await beat.start()
+                except BaseException:
+                    beat.store.close()
+                    raise
+                heartbeat = beat
             line = CommandLine.open(
                 store,
                 read_only=read_only,
@@ -258,6 +303,8 @@ class Harness:
                 gate=None if gate is None else gate.check,
             )
             harness = cls(line, clock)
+            if heartbeat is not None:
+                harness._hold(heartbeat)
             harness.services = services
             if jobs is not None:
                 jobs.directory = job_directory or default_job_directory(storage, store.session_id)
@@ -275,16 +322,45 @@ class Harness:
                 gate.accepted()
         except BaseException:
             store.close()
+            if heartbeat is not None:
+                await heartbeat.stop()
             raise
         return harness
 
+    def _hold(self, heartbeat: Heartbeat) -> None:
+        self._heartbeat = heartbeat
+        self._line.admission = heartbeat.check
+        heartbeat.on_lost = self._lease_lost
+        if heartbeat.lost is not None:
+            self._lease_lost(heartbeat.lost)
+
+    def _lease_lost(self, reason: str) -> None:
+        """The lease is lost (or about to be): admit no further command, signal every
+        local execution, wake the drives (they find the handle faulted)."""
+        line = self._line
+        if not line.closed and line.faulted is None:
+            line.fault(reason)
+        for claim in list(self.scheduler.executing.values()):
+            claim.signal.set()
+        self.scheduler.notify()
+
+    @property
+    def lease(self) -> Heartbeat | None:
+        """The session's lease when opened with ``lease=``: ``owner``, ``expires_at``
+        (the database's, at the last renewal), ``lost`` (why, once lost) and
+        ``lost_event``; None without a lease."""
+        return self._heartbeat
+
     async def close(self) -> None:
         """Stop local executions cooperatively and release storage. Writes no outcome:
-        unfinished durable tasks stay resumable by the next owner (§6.6)."""
+        unfinished durable tasks stay resumable by the next owner (§6.6). A lease is
+        released last, once nothing can be written under it."""
         if not self._line.closed:
             await self.scheduler.close()
         self._line.close()
         self.watches.close()
+        if self._heartbeat is not None:
+            await self._heartbeat.stop()
 
     # ------------------------------------------------------------------ watch (§9.4)
     @overload

@@ -83,6 +83,9 @@ class CommandLine:
         # is durable; None when nobody listens (the events are then not collected).
         self.on_saved: Callable[[Command, list[Any]], None] | None = None
         self.on_fault: Callable[[str], None] | None = None
+        # Called before a write is admitted (a lease: application/lease.py); it faults the
+        # line when the lease's local deadline passed before its timer could run.
+        self.admission: Callable[[], None] | None = None
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -138,6 +141,8 @@ class CommandLine:
     def check_usable(self, *, write: bool = False) -> None:
         if self.closed:
             raise ClosedError(self.session_id)
+        if write and self.admission is not None and self.faulted is None:
+            self.admission()
         if self.faulted is not None:
             raise HandleFaultedError(self.session_id, self.faulted)
         if write and self.read_only:

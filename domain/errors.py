@@ -30,6 +30,7 @@ __all__ = [
     "ReservedNamespaceError",
     "SchemaOutdatedError",
     "SequenceExhaustedError",
+    "SessionLeasedError",
     "SessionLockedError",
     "ShuttingDownError",
     "StalePrefixError",
@@ -352,3 +353,26 @@ class ConfigurationMismatchError(PicoError):
                 "recorded configuration"
             )
         super().__init__(what)
+
+
+class SessionLeasedError(StaleWriterError):
+    """Another worker holds the session's lease (``Harness.open(url, lease=...)`` on
+    PostgreSQL) and it has not expired on the database's clock: the open is refused
+    before its claim; nothing was written. Unlike its base class it fences nobody: the
+    holder stays the owner. ``holder`` names it, ``expires_at`` is the expiry the
+    database recorded at its last renewal, ``retry_after`` the seconds until then."""
+
+    def __init__(
+        self, session_id: str, holder: str, expires_at: object, retry_after: float
+    ) -> None:
+        self.session_id = session_id
+        self.holder = holder
+        self.expires_at = expires_at
+        self.retry_after = retry_after
+        PicoError.__init__(
+            self,
+            f"session {session_id!r} is leased by {holder} until {expires_at} (in "
+            f"{retry_after:.1f}s, on the database's clock); nothing was written. Open it "
+            "again after the lease expires (a holder that stops renewing loses it then), "
+            "or open with read_only=True to read meanwhile",
+        )

@@ -6,6 +6,7 @@ package); embedders who want to swap a piece override a provider instead.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from pico.infrastructure.jsonl.store import JsonlRecorder, JsonlStore
 from pico.infrastructure.memory import MemoryRecorder, named_database
 from pico.infrastructure.settings import PicoSettings, mask_url, settings_for
 from pico.infrastructure.sql import schema
+from pico.infrastructure.sql.lease import SqlLeaseStore
+from pico.infrastructure.sql.notify import conninfo
 from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore, SqlRecorder
 from pico.infrastructure.storage import EventSourcedStorage
 
@@ -112,6 +115,10 @@ def build_storage(settings: PicoSettings) -> Storage:
         release()
         raise UnknownSessionError(f"{sid} (no pico tables in {db.location})")
     events = SqlRecorder(db)
+    # Leases (Harness.open(lease=...)): PostgreSQL writers only; nothing connects until used.
+    leases = None
+    if db.dialect == "postgresql" and not settings.read_only:
+        leases = functools.partial(SqlLeaseStore, conninfo(db.writer.url), location=db.location)
     return EventSourcedStorage(
         sid,
         events=events,
@@ -121,6 +128,7 @@ def build_storage(settings: PicoSettings) -> Storage:
         on_close=release,
         location=db.location,
         read_only=settings.read_only,
+        leases=leases,
     )
 
 

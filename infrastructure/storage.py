@@ -61,8 +61,12 @@ class EventSourcedStorage:
         on_close: Any = None,
         location: str = "",
         read_only: bool = False,
+        leases: Callable[[], Any] | None = None,
     ) -> None:
         self.session_id = session_id
+        #: Makes the session's ``LeaseStore`` (application/lease.py), where the backend
+        #: has leases (PostgreSQL); None elsewhere: ``Harness.open(lease=...)`` refuses.
+        self.leases = leases
         self.read_only = read_only  # a read-only storage writes no snapshots
         #: What messages name: the SQLite file, the masked URL, ``memory://...``.
         self.location = location or "this storage"

@@ -24,6 +24,7 @@ from pico.application.hooks import (
     YieldDecision,
 )
 from pico.application.host import ExitResult, LaunchSpec, ProcessHost
+from pico.application.lease import Lease
 from pico.application.model import (
     Deferred,
     Message,
@@ -103,6 +104,7 @@ from pico.domain.errors import (
     ReservedNamespaceError,
     SchemaOutdatedError,
     SequenceExhaustedError,
+    SessionLeasedError,
     SessionLockedError,
     ShuttingDownError,
     StalePrefixError,
@@ -196,6 +198,7 @@ __all__ = [
     "JsonObject",
     "JsonValue",
     "LaunchSpec",
+    "Lease",
     "ListElement",
     "LiveWorkError",
     "Message",
@@ -221,6 +224,7 @@ __all__ = [
     "RowDiff",
     "SchemaOutdatedError",
     "SequenceExhaustedError",
+    "SessionLeasedError",
     "SessionList",
     "SessionLockedError",
     "SessionMeta",

@@ -22,6 +22,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    DateTime,
     Float,
     Index,
     Integer,
@@ -263,6 +264,17 @@ tasks = Table(
     ),
 )
 
+# -- v5: session leases (issue 16; infrastructure/sql/lease.py). Expiry is the database's
+# clock only (``now() + ttl`` at each renewal); no worker's clock is ever written here.
+leases = Table(
+    "pico_leases",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("renewed_at", DateTime(timezone=True), nullable=False),
+)
+
 #: Alembic's version table, named for pico: a service that shares the database and keeps
 #: its own schema with Alembic keeps its own ``alembic_version``.
 VERSION_TABLE = "pico_alembic_version"
@@ -270,7 +282,7 @@ VERSION_TABLE = "pico_alembic_version"
 #: Every revision, oldest first; the last is head. Opening a database compares against
 #: this list without importing Alembic; a test proves it equals the scripts' history, so
 #: a revision added without extending it fails CI.
-REVISIONS = ("0001", "0002", "0003", "0004")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005")
 
 # The version table exactly as Alembic creates it (``alembic stamp``), written by pico
 # itself when it creates or adopts a database, so that a fresh open needs no Alembic.
@@ -294,7 +306,8 @@ legacy_versions = Table(
 )
 
 #: Pre-Alembic schema version -> the revision whose layout it is. Version 4 (the last) is
-#: revision 0004 exactly, so adopting it only writes the stamp; it is automatic.
+#: revision 0004 exactly, so adopting it writes the stamp; the revisions after 0004 (0005:
+#: leases) are then an upgrade like any other, behind the same opt-in.
 LEGACY_REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004"}
 
 _PACKAGE = "pico-harness"

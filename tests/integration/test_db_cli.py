@@ -195,9 +195,12 @@ async def test_db_sql_legacy_stamps_a_release_1_database_and_upgrades_it_in_one_
 
 
 def test_db_sql_legacy_from_the_last_legacy_version_only_stamps(app: typer.Typer) -> None:
-    code, sql, _ = invoke(app, "db", "sql", "--legacy", "--from", HEAD, "--dialect", "sqlite")
+    last = "0004"  # the last pre-Alembic version's revision (0005 came after Alembic)
+    code, sql, _ = invoke(
+        app, "db", "sql", "--legacy", "--from", last, "--to", last, "--dialect", "sqlite"
+    )
     assert code == 0 and "CREATE TABLE pico_alembic_version" in sql
-    assert f"VALUES ('{HEAD}')" in sql and "Running upgrade" not in sql
+    assert f"VALUES ('{last}')" in sql and "Running upgrade" not in sql
     assert sql.strip().startswith("BEGIN;") and sql.strip().endswith("COMMIT;")
 
 
@@ -220,5 +223,5 @@ def test_db_history_lists_every_revision_oldest_first_and_marks_head(app: typer.
     code, out, _ = invoke(app, "db", "history")
     assert code == 0
     revisions = [line.split()[0] for line in out.splitlines()[1:] if line[:1].isdigit()]
-    assert revisions == ["0001", "0002", "0003", "0004"]
+    assert revisions == ["0001", "0002", "0003", "0004", "0005"]
     assert f"{HEAD} (head)" in out and "pre-Alembic" in out

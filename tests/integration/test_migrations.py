@@ -248,6 +248,7 @@ def _as_legacy(url: str, versions: int) -> None:
         schema.legacy_versions.create(conn)
         for v in range(1, versions + 1):
             conn.execute(schema.legacy_versions.insert().values(version=v, description=f"v{v}"))
+        conn.execute(sa.text("DROP TABLE pico_leases"))  # 0005: no pre-Alembic layout had it
         if versions >= 4:
             return
         conn.execute(sa.text("DROP INDEX pico_tasks_by_conversation"))
@@ -282,14 +283,16 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     await h.close()
     _as_legacy(fresh_url, 4)
     assert _stamp(fresh_url) is None
-    # Check: no opt-in needed (no table changes), the stamp says 0004, the log says why.
+    # Check: the stamp says 0004 and the log says why; the revisions after 0004 (0005,
+    # leases) are an ordinary upgrade, behind the opt-in.
+    monkeypatch.setenv("PICO_UPGRADE_SCHEMA", "1")
     with caplog.at_level(logging.INFO, logger="pico.storage"):
         h = await pico.Harness.open(fresh_url, session="v4")
     assert any("adopting" in r.getMessage() and "0004" in r.getMessage() for r in caplog.records)
     c = await h.root()
     assert [e.content for e in (await c.entries()).items] == ["written before Alembic"]
     await h.close()
-    assert _stamp(fresh_url) == HEAD == "0004"
+    assert _stamp(fresh_url) == HEAD == "0005"
     assert _drift(fresh_url) == []
 
 
