@@ -196,6 +196,7 @@ class SqlDatabase:
 
     def _open_postgresql(self, url: str) -> None:
         self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
+        _pg_checkin(self.writer)
         if self.read_only:
             self.reader = self.loader = self.writer.execution_options(
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
@@ -492,6 +493,10 @@ class RawWriter:
         if self._fairy is None:
             with self.db.translating("connecting to write"):
                 self._fairy = self.db.writer.raw_connection()
+                if not self.sqlite:
+                    # Transactions are ours to open (``_BEGIN``), as on SQLite: psycopg's
+                    # implicit BEGIN would be a round trip of its own in pipeline mode.
+                    self._fairy.driver_connection.autocommit = True
             self.thread = threading.get_ident()
         return self._fairy.driver_connection
 
@@ -525,6 +530,7 @@ class RawWriter:
                     self.db.flush_pending(but=self)
                 cur.execute("BEGIN IMMEDIATE")
             else:
+                cur.execute(_BEGIN)
                 cur.execute("LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE")
             self.held = True
             yield
@@ -550,14 +556,23 @@ class RawWriter:
         cur = conn.cursor()
         held, self.held = self.held, False
         try:
-            if self.sqlite and not self.pending and not held:
+            if not self.sqlite:
+                # One round trip for the whole transaction: BEGIN, the command's statements
+                # and COMMIT are queued in pipeline mode and sent with one Sync; a read in
+                # ``work`` (a fetch) syncs early. The first failing statement is raised at
+                # the Sync, and the server skips the rest, COMMIT included.
+                with conn.pipeline():
+                    if not held:
+                        cur.execute(_BEGIN)
+                    work(cur)
+                    cur.execute("COMMIT")
+                return
+            if not self.pending and not held:
                 if self.db.pending:
                     self.db.flush_pending(but=self)
                 cur.execute("BEGIN IMMEDIATE")
             work(cur)
-            if not self.sqlite:
-                conn.commit()
-            elif defer:
+            if defer:
                 self.pending = True
                 self.db.pending.add(self)
             else:
@@ -619,6 +634,22 @@ class RawWriter:
                 fairy.invalidate()
 
 
+# What psycopg's implicit BEGIN sent on the writer's connection (SQLAlchemy's default
+# isolation level), spelled out so a server's default_transaction_isolation cannot change it.
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+
+def _pg_checkin(engine: Engine) -> None:
+    """A writer's connection (``RawWriter.connection``: autocommit, transactions opened
+    explicitly) goes back to the pool as SQLAlchemy lent it: not in autocommit, which would
+    make every statement of a later ``engine.begin()`` (a schema upgrade) commit alone."""
+
+    @sa_event.listens_for(engine, "checkin")
+    def _checkin(dbapi_conn: Any, _rec: Any) -> None:
+        if dbapi_conn is not None and dbapi_conn.autocommit:
+            dbapi_conn.autocommit = False
+
+
 def _sqlite_wal(engine: Engine) -> None:
     """Put the file in WAL mode at connect: a persistent change of its header, so only the
     writer does it (registered before ``_sqlite_pragmas``, whose listener then runs second)."""
@@ -666,6 +697,10 @@ class SqlRecorder(AggregateRecorder):
         self.notify_commits = db.dialect == "postgresql" and self.is_events
         self._channels: dict[str, str] = {}
         self._listeners: list[CommitListener] = []
+        #: The last context position of each conversation this writer has written or read,
+        #: as of its last committed transaction (None: an empty context): the owner is the
+        #: session's only writer, so an append needs no read of it (``_LAST_POSITION``).
+        self._lasts: dict[tuple[str, int], int | None] = {}
 
     @property
     def writer(self) -> RawWriter:
@@ -697,13 +732,23 @@ class SqlRecorder(AggregateRecorder):
                 # every snapshot interval (a context can be long), so replace them.
                 cur.executemany(self._writer.sql(_PRUNE_SNAPSHOTS), [(r[0], r[1]) for r in rows])
             if ops:
-                SqlProjectionWriter(cur, self._writer.sql, session_id, self.db.dialect).apply(ops)
+                projection.apply(ops, cur)
             if notify is not None:
                 # Last, in the same transaction: delivered at COMMIT, dropped by a rollback.
                 cur.execute(NOTIFY_STATEMENT, (notify,))
 
         notify = self._channel(session_id) if self.notify_commits and rows else None
-        self._writer.transaction(write, defer=bool(kwargs.get("defer")))
+        projection = SqlProjectionWriter(
+            None, self._writer.sql, session_id, self.db.dialect, lasts=self._lasts
+        )
+        try:
+            self._writer.transaction(write, defer=bool(kwargs.get("defer")))
+        except BaseException:
+            # What the failed transaction read or wrote is not the database's: forget all
+            # (a rolled-back deferred batch took earlier commands' appends with it).
+            self._lasts.clear()
+            raise
+        projection.settle()
         return None
 
     def _channel(self, session_id: str) -> str:
@@ -793,6 +838,8 @@ class SqlRecorder(AggregateRecorder):
         self._writer.flush()
 
     def exclusive(self) -> Any:
+        # A claim: another owner may have written since this one last did.
+        self._lasts.clear()
         return self._writer.exclusive()
 
     def close(self) -> None:
@@ -920,12 +967,24 @@ class SqlProjectionWriter:
     changes: no transcript or context rewrite per append."""
 
     def __init__(
-        self, cur: Any, sql: Callable[[str], str], session_id: str, dialect: str = "sqlite"
+        self,
+        cur: Any,
+        sql: Callable[[str], str],
+        session_id: str,
+        dialect: str = "sqlite",
+        *,
+        lasts: dict[tuple[str, int], int | None] | None = None,
     ) -> None:
         self.cur = cur
         self.q = sql
         self.sid = session_id
         self.dialect = dialect
+        # The writer's known last context positions (``SqlRecorder._lasts``), updated by
+        # ``settle`` once this transaction committed: ``_changed`` holds its new values,
+        # ``_forgotten`` the conversations whose last position it no longer knows.
+        self._lasts = lasts
+        self._changed: dict[int, int | None] = {}
+        self._forgotten: set[int] = set()
         # Consecutive writes of one statement go out as one executemany (psycopg pipelines
         # them); the buffer is flushed before every read and at the end, so order holds.
         self._pending: list[tuple[Any, ...]] = []
@@ -952,7 +1011,18 @@ class SqlProjectionWriter:
         row = self.cur.fetchone()
         return None if row is None else row[0]
 
-    def apply(self, ops: Sequence[RowOp]) -> None:
+    def settle(self) -> None:
+        """The transaction committed: what it wrote is what the writer now knows."""
+        if self._lasts is None:
+            return
+        for cid in self._forgotten:
+            self._lasts.pop((self.sid, cid), None)
+        for cid, last in self._changed.items():
+            self._lasts[(self.sid, cid)] = last
+
+    def apply(self, ops: Sequence[RowOp], cur: Any = None) -> None:
+        if cur is not None:
+            self.cur = cur
         sid = self.sid
         entries: list[tuple[Any, ...]] = []
         edits: list[tuple[Any, ...]] = []
@@ -1034,6 +1104,7 @@ class SqlProjectionWriter:
                     ),
                 )
                 self._insert_elements(cid, 0, op.context)
+                self._known(cid, len(op.context) - 1 if op.context else None)
                 edits.append(self._edit(cid, cid, "create", op.context, 0, 0))
             elif isinstance(op, ReplacePrefix):
                 self._replace(op)
@@ -1050,6 +1121,7 @@ class SqlProjectionWriter:
             elif isinstance(op, ResetContext):
                 self._x(_DELETE_CONTEXT, (sid, op.conversation_id))
                 self._insert_elements(op.conversation_id, 0, op.ids)
+                self._known(op.conversation_id, len(op.ids) - 1 if op.ids else None)
                 self._x(_REVISION, (op.revision, sid, op.conversation_id))
                 edits.append(
                     self._edit(op.conversation_id, op.seq, "reset", op.ids, 0, op.revision)
@@ -1117,9 +1189,28 @@ class SqlProjectionWriter:
                 self.q(_INSERT_ELEMENT), [(self.sid, cid, start + i, e) for i, e in enumerate(ids)]
             )
 
+    def _known(self, cid: int, last: int | None) -> None:
+        self._changed[cid] = last
+        self._forgotten.discard(cid)
+
+    def _last_position(self, cid: int) -> int | None:
+        """The conversation's last context position: what this transaction or the writer
+        knows, else one read."""
+        if cid in self._changed:
+            return self._changed[cid]
+        key = (self.sid, cid)
+        if self._lasts is not None and cid not in self._forgotten and key in self._lasts:
+            return self._lasts[key]
+        last: int | None = self._read_one(_LAST_POSITION, (self.sid, cid))
+        self._known(cid, last)
+        return last
+
     def _append_elements(self, cid: int, ids: Sequence[int]) -> None:
-        last = self._read_one(_LAST_POSITION, (self.sid, cid))
-        self._insert_elements(cid, 0 if last is None else last + 1, ids)
+        last = self._last_position(cid)
+        start = 0 if last is None else last + 1
+        self._insert_elements(cid, start, ids)
+        if ids:
+            self._known(cid, start + len(ids) - 1)
 
     def _replace(self, op: ReplacePrefix) -> None:
         cid = op.conversation_id
@@ -1128,6 +1219,9 @@ class SqlProjectionWriter:
         self._x(_DELETE_THROUGH, (self.sid, cid, pivot))
         self._insert_elements(cid, pivot - len(op.replacement) + 1, op.replacement)
         self._x(_REVISION, (op.revision, self.sid, cid))
+        # Whether a suffix was retained is not known here: the next append reads.
+        self._changed.pop(cid, None)
+        self._forgotten.add(cid)
 
 
 class SqlReadStore:
