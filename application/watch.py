@@ -19,9 +19,12 @@ handle faulted: rebind on a new handle), ``handler_error`` (the listener raised;
 commit stays committed) and ``rebind`` (the consumer fell more than ``buffer`` events
 behind: the binding is retired and delivers nothing more; watch again for a fresh base).
 
-Events are read back from storage by position (the audit reader), so a watcher on another
-handle — a read-only one in another process — follows the owner's commits the same way,
-by polling the newest stored position (one index seek) every ``poll_interval`` seconds.
+The owner's own handle delivers its batches from the committed events themselves (kept
+from save until durable; nothing is read back). A watcher on another handle — a read-only
+one, in this process or another — reads the owner's batches back from storage by position
+(the audit reader), polling the newest stored position (one index seek) every
+``poll_interval`` seconds, woken early where the storage can notify (PostgreSQL).
+``closed`` tells a binding its handle closed.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import asyncio
 import contextlib
 import inspect
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -170,7 +173,7 @@ class WatchCommit:
         }
 
 
-SignalKind = Literal["idle", "fault", "handler_error", "rebind"]
+SignalKind = Literal["idle", "fault", "handler_error", "rebind", "closed"]
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,8 @@ class _Binding:
     tasks: set[int] = field(default_factory=set)
     live: set[int] = field(default_factory=set)
     list_cursors: dict[tuple[int, str], int] = field(default_factory=dict)
-    pending: int = 0  # scheduled async listener calls not yet finished
+    pending: int = 0  # events handed over whose (async) listener call has not finished
+    queue: deque[WatchEvent] | None = None  # set while an async listener call runs
     retired: bool = False
     after: int = 0  # batches read back at or before this position are in its base
 
@@ -471,10 +475,16 @@ class WatchHub:
             self._delivering = False
 
     def _catch_up(self) -> None:
+        """Read what another owner stored after the cursor, batch by batch. A batch may
+        span pages (a command of thousands of events): its events are kept across pages
+        and it is dispatched at its boundary. A claim transaction (``Session.Claimed``,
+        stored with no commit boundary) is complete too: the cursor moves past it, so a
+        reopen of the owner is not re-read on every poll."""
         storage = self.line.storage
         batch: list[_Record] = []
+        after = self.position
         while True:
-            records = storage.audit(after=self.position, limit=_READ_PAGE)
+            records = storage.audit(after=after, limit=_READ_PAGE)
             for record in records:
                 if record.event == "Session.Committed":
                     payload = record.payload
@@ -484,11 +494,14 @@ class WatchHub:
                     self._dispatch(first, last, scope, batch, record.position)
                     batch = []
                     self.position = record.position
+                elif record.event == "Session.Claimed":
+                    batch = []  # an owner's claim: bookkeeping, never delivered
+                    self.position = record.position
                 else:
                     batch.append(_as_record(record))
             if len(records) < _READ_PAGE:
-                return  # caught up (a batch without its boundary is not stored whole yet)
-            batch = []  # a page ended inside a batch: re-read it whole from the cursor
+                return  # caught up; a batch without its boundary is re-read next time
+            after = records[-1].position
 
     def _dispatch(
         self, first: int, last: int, scope: str, batch: list[_Record], position: int | None
@@ -532,33 +545,58 @@ class WatchHub:
             return
         if binding.pending >= binding.buffer:
             self._retire(binding)
-            self._call(binding, WatchSignal("rebind", "the consumer fell behind"), force=True)
+            self._call(binding, WatchSignal("rebind", "the consumer fell behind"))
             return
         self._call(binding, event)
 
-    def _call(self, binding: _Binding, event: WatchEvent, *, force: bool = False) -> None:
+    def _call(self, binding: _Binding, event: WatchEvent) -> None:
+        """Call the listener with one event, in delivery order. A coroutine it returns
+        runs after this delivery (a listener cannot await a command inside it: the
+        command line is busy publishing); while one runs, later events wait in the
+        binding's queue, so an async listener handles whole batches strictly in order."""
+        if binding.queue is not None:
+            binding.queue.append(event)
+            binding.pending += 1
+            return
+        result = self._invoke(binding, event)
+        if result is not None:
+            binding.queue = deque()
+            binding.pending += 1
+            asyncio.ensure_future(self._drain(binding, result)).add_done_callback(_retrieve)
+
+    def _invoke(self, binding: _Binding, event: WatchEvent) -> Awaitable[Any] | None:
         try:
             result = binding.listener(event)
         except Exception as exc:  # a listener never undoes a commit
             if not isinstance(event, WatchSignal):
-                with contextlib.suppress(Exception):
-                    binding.listener(WatchSignal("handler_error", repr(exc)))
-            return
-        if inspect.isawaitable(result):
-            # A listener cannot await a command inside delivery (the command line is
-            # busy publishing): its coroutine runs after this delivery.
-            binding.pending += 1
-            future = asyncio.ensure_future(result)
+                self._tell_error(binding, exc)
+            return None
+        return result if inspect.isawaitable(result) else None
 
-            def done(f: asyncio.Future[Any]) -> None:
+    def _tell_error(self, binding: _Binding, exc: BaseException) -> None:
+        with contextlib.suppress(Exception):
+            told = binding.listener(WatchSignal("handler_error", repr(exc)))
+            if inspect.isawaitable(told):  # an async listener: run it too
+                asyncio.ensure_future(told).add_done_callback(_retrieve)
+
+    async def _drain(self, binding: _Binding, first: Awaitable[Any]) -> None:
+        running: Awaitable[Any] | None = first
+        try:
+            while running is not None:
+                try:
+                    await running
+                except Exception as exc:
+                    self._tell_error(binding, exc)
                 binding.pending -= 1
-                if not f.cancelled() and f.exception() is not None and not force:
-                    with contextlib.suppress(Exception):
-                        told = binding.listener(WatchSignal("handler_error", repr(f.exception())))
-                        if inspect.isawaitable(told):  # an async listener: run it too
-                            asyncio.ensure_future(told).add_done_callback(_retrieve)
-
-            future.add_done_callback(done)
+                running = None
+                queue = binding.queue
+                while queue and running is None:
+                    event = queue.popleft()
+                    running = self._invoke(binding, event)
+                    if running is None:
+                        binding.pending -= 1
+        finally:
+            binding.queue = None
 
     def fault(self, reason: str) -> None:
         if self._faulted:
@@ -584,20 +622,25 @@ class WatchHub:
         wait_commit = getattr(storage, "wait_commit", None)
         while self.bindings and not self.line.closed:
             try:
-                if storage.last_position() > self.position:
+                newest = storage.last_position()
+                if newest > self.position:
                     self.durable()
             except Exception as exc:  # the storage went away: tell the watchers
                 self.fault(f"watching stopped: {exc}")
                 return
-            if wait_commit is None:
+            if wait_commit is None or self.position < newest:
+                # No wakeups, or stored events the cursor cannot pass yet (a batch whose
+                # boundary is not stored): a notification would not change that.
                 await asyncio.sleep(self.poll_interval)
             else:
                 await wait_commit(after=self.position, timeout=self.poll_interval)
+                await asyncio.sleep(0)  # a wakeup that returned at once still yields
 
     def close(self) -> None:
-        for binding in self.bindings:
-            binding.retired = True
-        self.bindings.clear()
+        """The handle closed: every binding is told (``closed``) and retired."""
+        for binding in list(self.bindings):
+            self._deliver(binding, WatchSignal("closed", "the handle was closed"))
+            self._retire(binding)
         if self._poller is not None:
             self._poller.cancel()
 
@@ -660,7 +703,7 @@ class WatchStream:
                 self._unsubscribe()
         else:
             self._queue.append(event)
-            if isinstance(event, WatchSignal) and event.kind in ("fault", "rebind"):
+            if isinstance(event, WatchSignal) and event.kind in ("fault", "rebind", "closed"):
                 self._ended = True
         self._ready.set()
 

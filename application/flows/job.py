@@ -51,6 +51,7 @@ from pico.application.host import (
     ProcessHost,
     ProcessIdentity,
     check_grace,
+    check_launch_spec,
 )
 from pico.application.tasks import TaskDefinition, TaskExecution
 from pico.domain.errors import ConfigurationError, InvalidArgumentError, PicoError
@@ -224,6 +225,13 @@ class JobDefinition(TaskDefinition):
             raise ValueError("a job's state needs argv, a non-empty list of str")
         if not isinstance(value.get("directory"), str):
             raise ValueError("a job's state needs directory, the folder of its logs")
+        # The launch fields as start_job checks them, so a task created directly
+        # (tx.create_task) cannot carry a spec that would only fail at launch.
+        try:
+            check_launch_spec(argv, value.get("cwd"), value.get("env"), value.get("log_cap"))
+            check_grace(value.get("grace", DEFAULT_GRACE))
+        except InvalidArgumentError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     # ------------------------------------------------------------------ execute
@@ -416,14 +424,3 @@ class JobDefinition(TaskDefinition):
         if reason is not None:
             final["reason"] = reason
         await ctx.command(lambda tx: tx.patch_task(task.id, status=status, state=final))
-
-
-def outcome_reference(job: TaskSnapshot) -> JsonObject:
-    """What a schedule records of a settled action: its id, status, and exit code/signal."""
-    state = task_state(job)
-    result = state.get("result")
-    out: JsonObject = {"task": job.id, "status": job.status}
-    if isinstance(result, dict):
-        out["exit_code"] = result.get("exit_code")
-        out["signal"] = result.get("signal")
-    return out

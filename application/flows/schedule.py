@@ -33,7 +33,12 @@ from pico.application.flows.job import JobServices, create_job
 from pico.application.flows.subagent import launch
 from pico.application.recurrence import Recurrence, first_run, plan
 from pico.application.tasks import TaskDefinition, TaskExecution
-from pico.domain.errors import CommandRejectedError, InvalidArgumentError, TaskDefinitionError
+from pico.domain.errors import (
+    CommandRejectedError,
+    InvalidArgumentError,
+    PicoError,
+    TaskDefinitionError,
+)
 from pico.domain.json import JsonObject, JsonValue
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
@@ -159,7 +164,7 @@ class ScheduleDefinition(TaskDefinition):
         due, rest = backlog[0], backlog[1:]
         try:
             action = self._create_action(tx, task, state)
-        except CommandRejectedError as exc:  # e.g. a subagent action with no provider now
+        except PicoError as exc:  # e.g. no provider now, or a tool no longer registered
             tx.patch_task(
                 task.id, status="failed", state={**state, "reason": f"the action failed: {exc}"}
             )

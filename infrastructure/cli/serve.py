@@ -11,7 +11,7 @@ import typer
 
 from pico.domain.errors import InvalidArgumentError
 from pico.infrastructure.cli.common import UrlArgument, UrlOption, location
-from pico.infrastructure.inspector.app import create_app_for_url, list_sessions
+from pico.infrastructure.inspector.app import LOOPBACK_HOSTS, create_app_for_url, list_sessions
 from pico.infrastructure.settings import mask_url
 
 __all__ = ["register", "serve"]
@@ -32,7 +32,9 @@ def serve(
 
     if not 0 <= port <= 65535:
         raise InvalidArgumentError(f"--port must be from 0 to 65535, got {port}")
-    app = create_app_for_url(url, allow_decisions=allow_decisions, token=token)
+    # Loopback names (and the address it binds) only: no DNS-rebinding reads.
+    hosts = [*LOOPBACK_HOSTS, host] if host not in ("0.0.0.0", "::") else ["*"]
+    app = create_app_for_url(url, allow_decisions=allow_decisions, token=token, allowed_hosts=hosts)
     if session is not None and session not in list_sessions(url):
         raise InvalidArgumentError(
             f"session {session!r} is not stored at {mask_url(url)}; leave out --session to "

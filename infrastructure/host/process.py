@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from pico.application.host import (
     LaunchSpec,
     ProcessIdentity,
     ProcessState,
+    check_grace,
 )
 from pico.domain.errors import ConfigurationError, InvalidArgumentError
 
@@ -242,7 +242,8 @@ class PosixProcessHost:
                 continue
             pid = int(name)
             args = _cmdline(pid)
-            if WRAPPER not in args or intent.token not in args:
+            # The token (a uuid4) names the launch; the wrapper may be another install's.
+            if intent.token not in args or not any(a.endswith("wrapper.py") for a in args):
                 continue
             stat = proc_stat(pid)
             if stat is None or stat[0] in ("Z", "X"):
@@ -290,17 +291,28 @@ class PosixProcessHost:
             return None
         if not isinstance(status, dict) or status.get("token") != intent.token:
             return None
-        return ExitResult(
-            exit_code=status["exit_code"],
-            signal=status["signal"],
-            stdout_path=intent.stdout_path,
-            stderr_path=intent.stderr_path,
-            stdout_tail=read_tail(intent.stdout_path, status["stdout_kept"], self.tail_bytes),
-            stderr_tail=read_tail(intent.stderr_path, status["stderr_kept"], self.tail_bytes),
-            stdout_bytes=status["stdout_bytes"],
-            stderr_bytes=status["stderr_bytes"],
-            stdout_truncated=status["stdout_truncated"],
-            stderr_truncated=status["stderr_truncated"],
+        try:
+            return self._result(intent, status)
+        except (KeyError, TypeError, InvalidArgumentError):
+            return None  # a status file this wrapper did not write whole: not an outcome
+
+    def _result(self, intent: LaunchIntent, status: dict[str, object]) -> ExitResult:
+        kept_out, kept_err = status["stdout_kept"], status["stderr_kept"]
+        if type(kept_out) is not int or type(kept_err) is not int:
+            raise TypeError("the kept byte counts are not ints")
+        return ExitResult.from_json(  # every field checked against its type
+            {
+                "exit_code": status["exit_code"],
+                "signal": status["signal"],
+                "stdout_path": intent.stdout_path,
+                "stderr_path": intent.stderr_path,
+                "stdout_tail": read_tail(intent.stdout_path, kept_out, self.tail_bytes),
+                "stderr_tail": read_tail(intent.stderr_path, kept_err, self.tail_bytes),
+                "stdout_bytes": status["stdout_bytes"],
+                "stderr_bytes": status["stderr_bytes"],
+                "stdout_truncated": status["stdout_truncated"],
+                "stderr_truncated": status["stderr_truncated"],
+            }
         )
 
     async def wait(self, identity: ProcessIdentity, intent: LaunchIntent) -> ExitResult | None:
@@ -311,15 +323,7 @@ class PosixProcessHost:
     async def terminate(
         self, identity: ProcessIdentity, intent: LaunchIntent, *, grace: float
     ) -> ExitResult | None:
-        if not (
-            isinstance(grace, (int, float))
-            and not isinstance(grace, bool)
-            and math.isfinite(grace)
-            and grace >= 0
-        ):
-            raise InvalidArgumentError(
-                f"grace must be a finite number of seconds >= 0, got {grace!r}"
-            )
+        grace = check_grace(grace)
         if self.identify(identity) == "running" and identity.pgid != identity.pid:
             _signal_group(identity.pgid, signal.SIGTERM)
             try:

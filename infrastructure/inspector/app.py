@@ -13,11 +13,12 @@ never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from urllib.parse import unquote
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -209,6 +211,9 @@ class _ByUrl:
         async with self.lock:
             harness = self.open.get(name)
             if harness is None or harness.faulted is not None:
+                if harness is not None:  # faulted: release its connections first
+                    with contextlib.suppress(Exception):
+                        await harness.close()
                 harness = await Harness.open(self.url, session=name, read_only=True)
                 self.open[name] = harness
             return harness
@@ -332,6 +337,36 @@ class _TokenGate:
 
 
 # ---------------------------------------------------------------------- the app
+def _same_origin(request: Request) -> None:
+    """A decision is a JSON POST from the inspector's own page. Refused, writing nothing:
+    another content type (a cross-site form or ``no-cors`` fetch can send only simple ones
+    without a preflight), an ``Origin`` that is not this server, a browser's
+    ``Sec-Fetch-Site`` other than same-origin."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        raise InvalidArgumentError(
+            f"a decision must be sent as application/json, got {kind or 'no content type'!r}; "
+            "nothing was written"
+        )
+    origin = request.headers.get("origin")
+    host = request.headers.get("host", "")
+    if origin is not None and origin.split("://", 1)[-1] != host:
+        raise DecisionsNotAllowedError(
+            f"a decision from another origin ({origin[:80]!r}) is refused; nothing was "
+            "written. Decide from the inspector's own page"
+        )
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise DecisionsNotAllowedError(
+            f"a cross-site decision (Sec-Fetch-Site: {site[:40]}) is refused; nothing was written"
+        )
+
+
+#: The host names ``pico serve`` answers by default: loopback only, so a page on another
+#: site cannot reach the inspector through a DNS name rebound to 127.0.0.1.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
 def _build(sessions: _Sessions, *, allow_decisions: bool, token: str | None) -> ASGIApp:
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ConfigurationError("the inspector token must be a non-empty string, or None")
@@ -468,6 +503,7 @@ def _build(sessions: _Sessions, *, allow_decisions: bool, token: str | None) -> 
                 "written; start it with --allow-decisions (create_app(..., "
                 "allow_decisions=True)) to grant or deny"
             )
+        _same_origin(request)
         name = request.path_params["session"]
         tid = _path_id(request, "task_id")
         try:
@@ -508,7 +544,11 @@ def _build(sessions: _Sessions, *, allow_decisions: bool, token: str | None) -> 
                 async for event in stream:
                     body = event.to_json()
                     yield {"event": str(body["type"]), "data": json.dumps(body)}
-                    if isinstance(event, WatchSignal) and event.kind in ("rebind", "fault"):
+                    if isinstance(event, WatchSignal) and event.kind in (
+                        "rebind",
+                        "fault",
+                        "closed",
+                    ):
                         return  # the client reconnects for a fresh base
             finally:
                 stream.close()
@@ -568,15 +608,28 @@ def _build(sessions: _Sessions, *, allow_decisions: bool, token: str | None) -> 
     return app
 
 
+def _hosts(app: ASGIApp, allowed_hosts: Sequence[str] | None) -> ASGIApp:
+    if allowed_hosts is None:
+        return app
+    return TrustedHostMiddleware(app, allowed_hosts=list(allowed_hosts))
+
+
 def create_app(
-    harness: Harness, *, allow_decisions: bool = False, token: str | None = None
+    harness: Harness,
+    *,
+    allow_decisions: bool = False,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> ASGIApp:
     """The inspector for ONE open harness (an embedding service mounts it beside its own
     routes). The caller keeps owning the harness: the app never closes it, and writes
-    through it only a decision, only when ``allow_decisions``.
+    through it only a decision, only when ``allow_decisions``, only as a same-origin JSON
+    POST. ``allowed_hosts`` (e.g. ``LOOPBACK_HOSTS``) refuses any other ``Host`` header
+    (400), against DNS rebinding; None leaves that to the embedding service.
 
     Raises ``ConfigurationError`` for an empty token."""
-    return _build(_One(harness), allow_decisions=allow_decisions, token=token)
+    app = _build(_One(harness), allow_decisions=allow_decisions, token=token)
+    return _hosts(app, allowed_hosts)
 
 
 def create_app_for_url(
@@ -585,6 +638,7 @@ def create_app_for_url(
     allow_decisions: bool = False,
     token: str | None = None,
     writer: Writer | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> ASGIApp:
     """The inspector for every session at a storage URL (``pico serve``): each session is
     opened READ-ONLY on first use and closed when the app shuts down. With
@@ -595,4 +649,5 @@ def create_app_for_url(
 
     Raises ``ConfigurationError`` for a malformed URL or an empty token."""
     check_storage_url(url)
-    return _build(_ByUrl(url, writer), allow_decisions=allow_decisions, token=token)
+    app = _build(_ByUrl(url, writer), allow_decisions=allow_decisions, token=token)
+    return _hosts(app, allowed_hosts)

@@ -378,3 +378,53 @@ async def test_pico_serve_app_over_real_http_follows_another_owner(tmp_path: Pat
             head = owner.head()
             r2 = await http.post("/api/sessions/alpha/approvals/1", json={"decision": "grant"})
             assert r2.status_code == 403 and owner.head() == head
+
+
+async def test_a_cross_site_or_non_json_decision_is_refused_and_nothing_is_written(
+    backend: Backend,
+) -> None:
+    """CSRF: a page on another site can POST a simple request (text/plain, no preflight)
+    to a loopback inspector; with decisions allowed that must still write nothing."""
+    h, invoked = await _agent(backend)
+    try:
+        (approval,) = await h.pending_approvals()
+        before = h.head()
+        path = f"/api/sessions/{backend.session}/approvals/{approval.id}"
+        body = b'{"decision": "grant"}'
+        async with client(create_app(h, allow_decisions=True)) as http:
+            plain = await http.post(path, content=body, headers={"content-type": "text/plain"})
+            assert plain.status_code == 400 and "application/json" in plain.json()["error"]
+            other = await http.post(
+                path,
+                content=body,
+                headers={"content-type": "application/json", "origin": "https://evil.example"},
+            )
+            assert other.status_code == 403 and other.json()["type"] == "DecisionsNotAllowedError"
+            site = await http.post(
+                path,
+                content=body,
+                headers={"content-type": "application/json", "sec-fetch-site": "cross-site"},
+            )
+            assert site.status_code == 403
+            assert h.head() == before and invoked == []
+            # The page's own request (same origin, JSON) is applied.
+            own = await http.post(
+                path,
+                content=body,
+                headers={"content-type": "application/json", "origin": "http://inspector"},
+            )
+            assert own.status_code == 200, own.text
+    finally:
+        await h.close()
+
+
+async def test_allowed_hosts_refuse_a_rebound_host_name(backend: Backend) -> None:
+    h = await backend.open()
+    try:
+        app = create_app(h, allowed_hosts=["inspector", "127.0.0.1"])
+        async with client(app) as http:
+            assert (await http.get("/api/config")).status_code == 200
+            evil = await http.get("/api/config", headers={"host": "evil.example"})
+            assert evil.status_code == 400
+    finally:
+        await h.close()

@@ -603,3 +603,25 @@ async def test_a_launch_the_host_refuses_after_the_intent_is_failed_and_starts_n
     assert not (tmp_path / "ran").exists()
     assert _statuses(h, job) == ["planned", "spawning", "failed"]
     await h.close()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"env": 5}, {"log_cap": "big"}, {"argv": ["a\x00b"]}, {"grace": -1}, {"cwd": ""}],
+    ids=["env an int", "log_cap a str", "NUL in argv", "negative grace", "empty cwd"],
+)
+async def test_a_job_task_created_directly_with_a_bad_spec_is_refused_at_creation(
+    backend: Backend, tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """tx.create_task("job", ...) checks the launch fields as start_job does, so a bad spec
+    never reaches a drive (where it would fault the handle)."""
+    h = await _open(backend, tmp_path)
+    c = await h.root()
+    before = h.head()
+    state = {"argv": ["true"], "directory": str(tmp_path / "jobs"), **fields}
+    with pytest.raises(pico.TaskDefinitionError, match="state rejected"):
+        await h.command(lambda tx: tx.create_task(c.id, "job", state=state))
+    assert h.head() == before
+    job = await c.start_job(["true"])  # the handle still works
+    assert (await h.wait_for(job, timeout=TIMEOUT)).status == "exited"
+    await h.close()
