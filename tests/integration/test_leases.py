@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 import pico
+from pico.infrastructure.container import open_storage
 from tests.backends import require_postgres
 from tests.processes import spawn_child
 
@@ -104,7 +105,7 @@ class BlockedLeases:
 
 
 async def _open_blockable(url: str, session: str) -> tuple[pico.Harness, BlockedLeases]:
-    storage: Any = pico.open_storage(url, session=session, durability=None, read_only=False)
+    storage: Any = open_storage(url, session=session, durability=None, read_only=False)
     made: list[BlockedLeases] = []
     real = storage.leases
 
@@ -159,7 +160,7 @@ async def test_lease_is_refused_off_postgresql_and_for_read_only_before_anything
             await pico.Harness.open(url, lease=pico.Lease())
     assert not path.exists() and not (tmp_path / "j").exists()  # nothing was created
     # A ready Storage without leases (memory) is refused the same way, and closed.
-    storage = pico.open_storage("memory://", session="s", durability=None, read_only=False)
+    storage = open_storage("memory://", session="s", durability=None, read_only=False)
     with pytest.raises(pico.ConfigurationError, match="leases need PostgreSQL"):
         await pico.Harness.open(storage, lease=pico.Lease())
     with pytest.raises(pico.InvalidArgumentError, match="read-only open takes no lease"):
