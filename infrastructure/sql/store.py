@@ -1240,6 +1240,9 @@ class SqlReadStore:
         self._writer = writer
         self._local = threading.local()
         self._pg = db.dialect == "postgresql"
+        self._begin = "BEGIN ISOLATION LEVEL REPEATABLE READ" + (
+            " READ ONLY" if db.read_only else ""
+        )
         self._lock = threading.Lock()
         self._fairies: list[Any] = []
 
@@ -1264,9 +1267,9 @@ class SqlReadStore:
                 with self._lock:
                     self._fairies.append(fairy)
                 if self._pg:
-                    fairy.driver_connection.isolation_level = 3  # REPEATABLE READ
-                    if self.db.read_only:
-                        fairy.driver_connection.read_only = True
+                    # The read transaction is opened explicitly, in one round trip with its
+                    # first query (``_rows``), instead of by psycopg's BEGIN alone.
+                    fairy.driver_connection.autocommit = True
             conn = fairy.driver_connection
         cur = conn.cursor()
         broken = False
@@ -1287,7 +1290,7 @@ class SqlReadStore:
             self._local.cur = None
             try:
                 if self._pg:
-                    conn.rollback()
+                    conn.rollback()  # no round trip when no query opened the transaction
                 elif not own and conn.in_transaction:
                     cur.execute("ROLLBACK")
             except Exception:
@@ -1321,7 +1324,15 @@ class SqlReadStore:
         cur: Any = getattr(self._local, "cur", None)
         if cur is None:
             raise RuntimeError("SqlReadStore primitives run inside read()")
-        cur.execute(statement.replace("?", "%s") if self._pg else statement, tuple(params))
+        if not self._pg:
+            cur.execute(statement, tuple(params))
+        elif cur.connection.info.transaction_status == 0:  # IDLE: the read's first query
+            # BEGIN and the query behind one Sync: the snapshot is taken by the query.
+            with cur.connection.pipeline():
+                cur.execute(self._begin)
+                cur.execute(statement.replace("?", "%s"), tuple(params))
+        else:
+            cur.execute(statement.replace("?", "%s"), tuple(params))
         rows: list[Any] = cur.fetchall()
         return rows
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 
 import pico
-from pico.infrastructure.sql.store import SqlDatabase
+from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore
 from tests.backends import Backend, require_postgres
 
 
@@ -266,3 +266,39 @@ async def test_commands_open_no_connections_and_the_writer_returns_its_own_clean
             assert driver is not None and driver.autocommit is False
     finally:
         db.close()
+
+
+async def test_a_read_opens_its_snapshot_with_its_first_query() -> None:
+    # BEGIN REPEATABLE READ travels with the read's first query (one round trip); later
+    # queries of the read share that snapshot; ROLLBACK ends it. A read that runs no query
+    # costs nothing.
+    url = require_postgres("the round-trip tests")
+    session = f"rt-{uuid.uuid4().hex[:12]}"
+    h = await pico.Harness.open(url, session=session)
+    c = await h.root()
+    await c.append("user", "one")
+    db = SqlDatabase(url)
+    store = SqlReadStore(db, session)
+    try:
+        with store.read():
+            head = store.meta()
+        assert head is not None
+        conn = store._local.fairy.driver_connection
+        with _traced(conn) as messages, store.read():
+            first = store.meta()
+            await c.append("user", "two")  # committed between the read's two queries
+            again = store.meta()
+        assert first == again == head  # one snapshot
+        done = _completed(messages)
+        assert done == ["BEGIN", "SELECT 1", "SELECT 1", "ROLLBACK"], done
+        assert _round_trips(messages) == 3, messages
+        with _traced(conn) as messages, store.read():
+            pass
+        assert messages == []
+        with store.read():
+            moved = store.meta()
+        assert moved is not None and moved.head > head.head
+    finally:
+        store.close()
+        db.close()
+        await h.close()
