@@ -37,7 +37,14 @@ def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Every backend: memory, SQLite, PostgreSQL."""
+    """Every backend: memory, SQLite, PostgreSQL, JSONL."""
+    return _backend(request, tmp_path)
+
+
+@pytest.fixture(params=[b for b in BACKENDS if b != "memory"])
+def stored_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Backends whose session outlives its handle and can be opened by a second handle
+    (a reopen, a read-only follower): SQLite, PostgreSQL, JSONL."""
     return _backend(request, tmp_path)
 
 

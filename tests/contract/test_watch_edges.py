@@ -6,36 +6,30 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 import pico
-from pico import WatchCommit, WatchEvent, WatchSignal
+from pico import WatchEvent, WatchSignal
 from tests.backends import Backend
+from tests.contract.test_watch import Seen
 
 
-def _entries(events: list[WatchEvent]) -> list[int]:
-    return [
-        int(ch.payload["seq"])  # type: ignore[arg-type]
-        for e in events
-        if isinstance(e, WatchCommit)
-        for ch in e.changes
-        if ch.event == "Conversation.EntryAppended"
-    ]
+def _entries(event: WatchEvent) -> list[int]:
+    """Entries one delivered event appended."""
+    recorder = Seen()
+    recorder(event)
+    return recorder.entry_ids()
 
 
 async def test_a_read_only_watcher_passes_an_owner_reopen_and_keeps_yielding(
-    backend: Backend,
+    stored_backend: Backend,
 ) -> None:
-    if backend.name == "memory":
-        pytest.skip("a read-only handle on memory storage is not another reader")
-    h = await backend.open()
+    h = await stored_backend.open()
     c = await h.root()
-    reader = await backend.open(read_only=True)
+    reader = await stored_backend.open(read_only=True)
     reader.watches.poll_interval = 0.01
-    seen: list[WatchEvent] = []
-    reader.watch(c.id, seen.append)
+    seen = Seen()
+    reader.watch(c.id, seen)
     await h.close()
-    h = await backend.open()  # the reopen stores a claim and no commit boundary
+    h = await stored_backend.open()  # the reopen stores a claim and no commit boundary
     ticks = 0
     for _ in range(20):  # the event loop keeps running while the reader polls
         await asyncio.sleep(0.01)
@@ -45,33 +39,30 @@ async def test_a_read_only_watcher_passes_an_owner_reopen_and_keeps_yielding(
     assert reader.watches.position == reader._line.storage.last_position()
     x = await (await h.root()).append("user", "after the reopen")
     for _ in range(200):
-        if _entries(seen):
+        if seen.entry_ids():
             break
         await asyncio.sleep(0.01)
-    assert _entries(seen) == [x]
+    assert seen.entry_ids() == [x]
     await reader.close()
     await h.close()
 
 
 async def test_a_batch_larger_than_a_read_page_reaches_a_read_only_watcher_whole(
-    backend: Backend,
+    stored_backend: Backend,
 ) -> None:
-    if backend.name == "memory":
-        pytest.skip("a read-only handle on memory storage is not another reader")
-    h = await backend.open()
+    h = await stored_backend.open()
     c = await h.root()
-    reader = await backend.open(read_only=True)
+    reader = await stored_backend.open(read_only=True)
     reader.watches.poll_interval = 3600.0  # the test runs the catch-up itself
-    seen: list[WatchEvent] = []
-    reader.watch(c.id, seen.append)
+    seen = Seen()
+    reader.watch(c.id, seen)
 
     def many(tx: pico.Command) -> list[int]:
         return [tx.append_entry(c.id, "user", f"e{i}") for i in range(700)]
 
     ids = await h.command(many)  # 700 events, more than one page of 500
     reader.watches.durable()
-    commits = [e for e in seen if isinstance(e, WatchCommit)]
-    assert len(commits) == 1 and _entries(seen) == ids  # one batch, whole, in order
+    assert len(seen.commits()) == 1 and seen.entry_ids() == ids  # one batch, whole, in order
     await reader.close()
     await h.close()
 
@@ -101,7 +92,7 @@ async def test_an_async_listener_handles_batches_strictly_in_order(backend: Back
     gate = asyncio.Event()
 
     async def listener(event: WatchEvent) -> None:
-        ids = _entries([event])
+        ids = _entries(event)
         if ids and not order:
             await gate.wait()  # the first batch's handling is slow
         order.extend(ids)

@@ -16,40 +16,24 @@ from typing import Any
 import pytest
 
 import pico
-from pico.application.watch import WatchBase, WatchCommit, WatchEvent, WatchSignal
+from pico.application.watch import WatchEvent, WatchSignal
+from tests.contract.test_watch import Seen as WatchRecorder
 from tests.processes import spawn_child
 
 TIMEOUT = 10.0
 SESSION = "main"
 
 
-class Seen:
-    """A listener recording every watch event; ``until`` waits for a condition on them."""
+class Seen(WatchRecorder):
+    """The watch contract's recording listener; ``until`` waits for a condition on it."""
 
     def __init__(self) -> None:
-        self.events: list[WatchEvent] = []
+        super().__init__()
         self._changed = asyncio.Event()
 
     def __call__(self, event: WatchEvent) -> None:
-        self.events.append(event)
+        super().__call__(event)
         self._changed.set()
-
-    @property
-    def base(self) -> WatchBase:
-        first = self.events[0]
-        assert isinstance(first, WatchBase), first
-        return first
-
-    def commits(self) -> list[WatchCommit]:
-        return [e for e in self.events if isinstance(e, WatchCommit)]
-
-    def entry_ids(self) -> list[int]:
-        return [
-            int(ch.payload["seq"])  # type: ignore[arg-type]
-            for commit in self.commits()
-            for ch in commit.changes
-            if ch.event == "Conversation.EntryAppended"
-        ]
 
     async def until(self, done: Callable[[Seen], bool]) -> None:
         async def wait() -> None:

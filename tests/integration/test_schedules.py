@@ -438,13 +438,11 @@ async def test_a_bad_schedule_is_rejected_and_writes_nothing(
 
 
 async def test_a_reopen_while_collecting_adopts_the_job_and_creates_no_second_one(
-    backend: Backend, tmp_path: Path
+    stored_backend: Backend, tmp_path: Path
 ) -> None:
-    if backend.name == "memory":
-        pytest.skip("a memory session does not outlive its harness")
     clock = FakeClock()
     gate = tmp_path / "gate"
-    h = await _open(backend, tmp_path, clock)
+    h = await _open(stored_backend, tmp_path, clock)
     c = await h.root()
     t0 = clock.now()
     s = await c.schedule(Recurrence(every=60), job=_gated(gate))
@@ -458,7 +456,7 @@ async def test_a_reopen_while_collecting_adopts_the_job_and_creates_no_second_on
         await _until(running, "the job runs", sup)
         (first,) = await _jobs(h)
     await h.close()  # J keeps running, unobserved
-    h = await _open(backend, tmp_path, clock)
+    h = await _open(stored_backend, tmp_path, clock)
     try:
         assert await _status(h, s) == "collecting"
         assert await _status(h, first.id) == "running"
