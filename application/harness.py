@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -83,6 +84,8 @@ _NO_LEASES = (
 
 T = TypeVar("T")
 
+log = logging.getLogger("pico.harness")
+
 
 class Harness:
     """One open session. Open with ``await Harness.open("sqlite:///agent.db")``."""
@@ -100,6 +103,9 @@ class Harness:
         self._gate: ConfigurationGate | None = None
         # The session's lease (lease.py) when opened with lease=...; None otherwise.
         self._heartbeat: Heartbeat | None = None
+        # The permits of the last session drive: work they allow counts as due when the
+        # lease is released (Scheduler.due_in).
+        self._permits: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -355,12 +361,29 @@ class Harness:
         """Stop local executions cooperatively and release storage. Writes no outcome:
         unfinished durable tasks stay resumable by the next owner (§6.6). A lease is
         released last, once nothing can be written under it."""
+        due: float | None = 0.0
         if not self._line.closed:
+            observed = list(self.scheduler.observers)  # close() seals them
             await self.scheduler.close()
+            if self._heartbeat is not None:
+                due = self.due_in(observed)
         self._line.close()
         self.watches.close()
         if self._heartbeat is not None:
-            await self._heartbeat.stop()
+            await self._heartbeat.stop(due)
+
+    def due_in(self, observed: Iterable[int] | None = None) -> float | None:
+        """Seconds until the session next has work for an owner (0: now; None: none; see
+        ``Scheduler.due_in``): what closing under a lease advertises to workers. 0 when it
+        cannot be read. ``observed``: the tasks whose observers are installed (default:
+        the scheduler's, right now)."""
+        watched = list(self.scheduler.observers) if observed is None else observed
+        try:
+            with self._line.storage.snapshot():
+                return self.scheduler.due_in(watched, self._permits)
+        except Exception:
+            log.info("session %r: its pending work could not be read", self.session_id)
+            return 0.0
 
     # ------------------------------------------------------------------ watch (§9.4)
     @overload
@@ -430,7 +453,9 @@ class Harness:
     async def drive(self, *, permits: Iterable[str] = ()) -> DriveOutcome:
         """Execute live work in every conversation tree until the session has no live task
         (``idle``), needs an outside event or permission (``suspended``), or closes."""
-        return await self.scheduler.drive(None, permits=permits)
+        allowed = frozenset(permits)
+        self._permits = allowed
+        return await self.scheduler.drive(None, permits=allowed)
 
     async def wait_for(
         self, task_id: int, *, timeout: float | None = None, permits: Iterable[str] = ()

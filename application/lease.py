@@ -43,8 +43,18 @@ class Lease:
 
     ttl: float = 10.0
     renew_every: float = 3.0
+    #: The holder's name. None (the default): a new unique name per open. A worker passes
+    #: its own, so that a lease its pick took (``pico_work``) is acquired as its own.
+    owner: str | None = None
 
     def __post_init__(self) -> None:
+        if self.owner is not None and (
+            not isinstance(self.owner, str) or not self.owner or len(self.owner) > 200
+        ):
+            raise InvalidArgumentError(
+                f"Lease owner must be None or a non-empty name of at most 200 characters, "
+                f"got {self.owner!r}"
+            )
         for name in ("ttl", "renew_every"):
             value = getattr(self, name)
             if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
@@ -79,8 +89,10 @@ class LeaseStore(Protocol):
         ``owner`` no longer holds it."""
         ...
 
-    async def release(self, session_id: str, owner: str) -> None:
-        """Delete the lease row if ``owner`` still holds it."""
+    async def release(self, session_id: str, owner: str, due: float | None = None) -> None:
+        """Delete the lease row if ``owner`` still holds it, and in the same transaction
+        advertise the session's remaining work to workers: due in ``due`` seconds (0:
+        now), or none (None) unless a command waits in its inbox (docs/workers.md)."""
         ...
 
     def close(self) -> None:
@@ -111,7 +123,7 @@ class Heartbeat:
         self.store = store
         self.lease = lease
         self.session_id = session_id
-        self.owner = new_owner()
+        self.owner = lease.owner or new_owner()
         #: The database's expiry of the last successful renewal (its timestamp).
         self.expires_at: Any = None
         #: Why the lease was lost (None while held).
@@ -209,9 +221,10 @@ class Heartbeat:
             self.renewals += 1
             self._extend(sent)
 
-    async def stop(self) -> None:
+    async def stop(self, due: float | None = 0.0) -> None:
         """Stop renewing and delete the lease row if still ours (after the line closed:
-        nothing is written under it any more), then drop the connection."""
+        nothing is written under it any more), advertising work due in ``due`` seconds
+        (None: none; the default 0 when unknown), then drop the connection."""
         if self._stopped:
             return
         self._stopped = True
@@ -224,7 +237,9 @@ class Heartbeat:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(task), 0.5)
         try:
-            await asyncio.wait_for(self.store.release(self.session_id, self.owner), RELEASE_TIMEOUT)
+            await asyncio.wait_for(
+                self.store.release(self.session_id, self.owner, due), RELEASE_TIMEOUT
+            )
         except Exception as exc:  # it expires by itself within ttl
             log.info("session %r: lease not released (%s); it expires", self.session_id, exc)
         finally:

@@ -266,6 +266,38 @@ class Scheduler:
         cache: dict[int, bool] = {}
         return [t for t in out if self.in_tree(t.conversation_id, conversation_id, cache)], ids
 
+    def due_in(self, observed: Iterable[int] = (), permits: Iterable[str] = ()) -> float | None:
+        """Seconds until this session next has work for an owner (0: now), or None when
+        it has none: what a worker advertises when it releases the session (``pico_work``,
+        docs/workers.md). Work: an inflight task (recovery), a task marked for
+        cancellation, a waiting task whose phase no drive has armed yet or whose observer
+        is installed (``observed``: a running job's exit needs an owner), and a ready task
+        whose dependencies are all terminal and whose permit (if any) is in ``permits``,
+        at its ``not_before``. A task waiting for outside input (an approval, a held call)
+        is not work: the input arrives through the inbox, which advertises the session."""
+        watched, allowed = set(observed), frozenset(permits)
+        live, ids = self._live(None, state=False)
+        now = self.clock.now()
+        due: float | None = None
+        for task in live:
+            if (
+                task.role == "inflight"
+                or task.abort_requested
+                or (
+                    task.role == "waiting"
+                    and (task.id in watched or (task.id, task.updated_seq) not in self._armed)
+                )
+            ):
+                return 0.0
+            if (
+                task.role == "ready"
+                and not any(d in ids for d in task.after)
+                and (task.required_permit is None or task.required_permit in allowed)
+            ):
+                wait = 0.0 if task.not_before is None else max(0.0, task.not_before - now)
+                due = wait if due is None else min(due, wait)
+        return due
+
     def in_tree(self, conversation_id: int, root: int, cache: dict[int, bool]) -> bool:
         """Is ``conversation_id`` ``root`` or owned (transitively) by work in it? Ancestor
         point reads, shared within one pass; fork provenance never counts."""

@@ -26,6 +26,7 @@ __all__ = [
     "PersistenceUncertainError",
     "PicoError",
     "ReadOnlyError",
+    "ReplyTimeoutError",
     "RequestKeyConflictError",
     "ReservedNamespaceError",
     "SchemaOutdatedError",
@@ -375,4 +376,21 @@ class SessionLeasedError(StaleWriterError):
             f"{retry_after:.1f}s, on the database's clock); nothing was written. Open it "
             "again after the lease expires (a holder that stops renewing loses it then), "
             "or open with read_only=True to read meanwhile",
+        )
+
+
+class ReplyTimeoutError(PicoError):
+    """No owner replied to an inbox command in time (``Inbox.reply(..., timeout=)``). The
+    command is stored and stays in the session's inbox: a worker executes it when it
+    holds the session. Wait again with ``reply(submitted)``; submitting again with the
+    same request key returns the same command, never a second one."""
+
+    def __init__(self, session_id: str, command_id: int, timeout: float) -> None:
+        self.session_id = session_id
+        self.command_id = command_id
+        self.timeout = timeout
+        super().__init__(
+            f"no worker replied to inbox command {command_id} of session {session_id!r} "
+            f"within {timeout:g}s; it stays queued and runs when a worker takes the session "
+            "(is one running? pico worker URL). Wait again with inbox.reply(submitted)"
         )

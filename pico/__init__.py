@@ -80,6 +80,7 @@ from pico.application.watch import (
     WatchSignal,
     WatchStream,
 )
+from pico.application.worker import Worker
 from pico.domain.errors import (
     AddressPolicyError,
     ClaimContendedError,
@@ -100,6 +101,7 @@ from pico.domain.errors import (
     PersistenceUncertainError,
     PicoError,
     ReadOnlyError,
+    ReplyTimeoutError,
     RequestKeyConflictError,
     ReservedNamespaceError,
     SchemaOutdatedError,
@@ -140,6 +142,7 @@ from pico.infrastructure.host import PosixProcessHost
 from pico.infrastructure.migrate import MigrationReport, migrate
 from pico.infrastructure.replay import RebuildReport, ReplayReport, TableDiff, rebuild, replay
 from pico.infrastructure.settings import PicoSettings
+from pico.infrastructure.sql.work import Inbox, Submitted, open_worker
 from pico.infrastructure.tamper import verify
 from pico.infrastructure.verify import CheckReport, Finding, RowDiff, check
 
@@ -189,6 +192,7 @@ __all__ = [
     "Harness",
     "HistoricalReadError",
     "Hooks",
+    "Inbox",
     "Initialization",
     "InputResult",
     "InvalidArgumentError",
@@ -217,6 +221,7 @@ __all__ = [
     "RebuildReport",
     "Recurrence",
     "ReplayReport",
+    "ReplyTimeoutError",
     "Request",
     "RequestKeyConflictError",
     "ReservedNamespaceError",
@@ -239,6 +244,7 @@ __all__ = [
     "StorageUnavailableError",
     "StoredTypeError",
     "StoredValue",
+    "Submitted",
     "SystemClock",
     "TableDiff",
     "TaskDefinition",
@@ -276,6 +282,7 @@ __all__ = [
     "WatchPreview",
     "WatchSignal",
     "WatchStream",
+    "Worker",
     "WorkingCommand",
     "WorkingList",
     "WorkingScope",
@@ -288,6 +295,7 @@ __all__ = [
     "conversation_list",
     "conversation_value",
     "migrate",
+    "open_worker",
     "project_context",
     "rebuild",
     "replay",

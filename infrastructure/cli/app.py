@@ -32,7 +32,17 @@ import typer
 
 from pico._version import package_version
 from pico.domain.errors import PicoError
-from pico.infrastructure.cli import audit, check, demo, inspect, migration, serve, show, verify
+from pico.infrastructure.cli import (
+    audit,
+    check,
+    demo,
+    inspect,
+    migration,
+    serve,
+    show,
+    verify,
+    worker,
+)
 from pico.infrastructure.cli.common import one_line
 from pico.infrastructure.cli.db import register as db_commands
 
@@ -84,6 +94,7 @@ COMMANDS: list[Callable[[typer.Typer], None]] = [
     migration.register,
     db_commands,
     serve.register,
+    worker.register,
 ]
 # ---------------------------------------------------------------- end of the commands
 

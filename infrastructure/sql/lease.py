@@ -17,7 +17,15 @@ from typing import Any
 from pico.domain.errors import SessionLeasedError, StorageUnavailableError
 from pico.infrastructure.sql.store import translate_error
 
-__all__ = ["ACQUIRE", "RELEASE", "RENEW", "SqlLeaseStore"]
+__all__ = [
+    "ACQUIRE",
+    "ADVERTISE",
+    "LOCK_WORK",
+    "RELEASE",
+    "RENEW",
+    "SqlLeaseStore",
+    "release_advertising",
+]
 
 ACQUIRE = """
 INSERT INTO pico_leases AS l (session_id, owner, expires_at, renewed_at)
@@ -41,9 +49,58 @@ RETURNING expires_at
 
 RELEASE = "DELETE FROM pico_leases WHERE session_id = %(session)s AND owner = %(owner)s"
 
+# Releasing also advertises the session's remaining work (``pico_work``), in one
+# transaction that locks the work row FIRST (creating it if absent), then the lease row:
+# the order every other writer of both tables keeps (infrastructure/sql/work.py), so no
+# two of them deadlock. Once the work row is locked, an inbox submit that committed
+# before is visible to the statements after, and one that did not waits for this COMMIT
+# and then marks the work due itself: a command can never be left without an owner.
+LOCK_WORK = """
+INSERT INTO pico_work AS w (session_id, due_at) VALUES (%(session)s, 'infinity')
+ON CONFLICT (session_id) DO UPDATE SET due_at = w.due_at
+"""
+
+HELD = """
+SELECT 1 FROM pico_leases WHERE session_id = %(session)s AND owner = %(owner)s FOR UPDATE
+"""
+
+ADVERTISE = """
+UPDATE pico_work SET due_at = CASE
+    WHEN EXISTS (SELECT 1 FROM pico_inbox i
+                  WHERE i.session_id = %(session)s AND i.done_at IS NULL) THEN now()
+    WHEN %(due)s::float8 IS NULL THEN 'infinity'::timestamptz
+    ELSE now() + make_interval(secs => %(due)s::float8) END
+ WHERE session_id = %(session)s
+"""
+
+UNADVERTISE = "DELETE FROM pico_work WHERE session_id = %(session)s AND due_at = 'infinity'"
+
 #: A lease that is freed between the refused insert and the read of its holder is tried
 #: again this many times.
 ACQUIRE_ATTEMPTS = 3
+
+
+class _NotHeld(Exception):
+    """Raised inside the release transaction to roll it back (the lease is not ours)."""
+
+
+async def release_advertising(conn: Any, params: dict[str, Any]) -> bool:
+    """Release ``params["owner"]``'s lease of ``params["session"]`` and advertise its work
+    due in ``params["due"]`` seconds (None: none unless its inbox holds a command), in
+    one transaction on an autocommit connection. False (nothing changed) when the lease
+    is no longer that owner's."""
+    try:
+        async with conn.transaction():
+            await conn.execute(LOCK_WORK, params)
+            held = await (await conn.execute(HELD, params)).fetchone()
+            if held is None:  # taken over: the work row is the new owner's business
+                raise _NotHeld
+            await conn.execute(ADVERTISE, params)
+            await conn.execute(UNADVERTISE, params)
+            await conn.execute(RELEASE, params)
+    except _NotHeld:
+        return False  # rolled back
+    return True
 
 
 class SqlLeaseStore:
@@ -103,9 +160,23 @@ class SqlLeaseStore:
         row = await self._run(RENEW, params, ttl, "renewing the session's lease")
         return None if row is None else row[0]
 
-    async def release(self, session_id: str, owner: str) -> None:
-        params = {"session": session_id, "owner": owner}
-        await self._run(RELEASE, params, 1.0, "releasing the session's lease")
+    async def release(self, session_id: str, owner: str, due: float | None = None) -> None:
+        params = {"session": session_id, "owner": owner, "due": due}
+        doing = "releasing the session's lease"
+        try:
+            await release_advertising(await self._connection(1.0), params)
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            translated = translate_error(exc, self.location, doing, sqlite=False)
+            if translated is exc:
+                raise StorageUnavailableError(
+                    f"PostgreSQL at {self.location} failed while {doing}: {exc}; the lease "
+                    "expires by itself and a worker then picks the session up"
+                ) from exc
+            raise translated from exc
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

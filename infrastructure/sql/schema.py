@@ -275,6 +275,42 @@ leases = Table(
     Column("renewed_at", DateTime(timezone=True), nullable=False),
 )
 
+# -- v6: workers (issue 16; infrastructure/sql/work.py, docs/workers.md). ``pico_work``
+# holds one row per UNOWNED session with work due (its due time on the database's
+# clock); a crashed owner's session is found through its expired lease instead. The
+# inbox carries commands from processes that do not own a session to its owner, who
+# executes each in its own serialized command, keyed by the row's request key.
+work = Table(
+    "pico_work",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("due_at", DateTime(timezone=True), nullable=False),
+    Index("pico_work_by_due", "due_at"),
+)
+
+inbox = Table(
+    "pico_inbox",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", String(200), nullable=False),
+    Column("request_key", Text, nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("done_at", DateTime(timezone=True)),
+    Column("result", Text),
+    UniqueConstraint("session_id", "request_key", name="pico_inbox_request_key"),
+    Index(
+        "pico_inbox_pending",
+        "session_id",
+        "id",
+        sqlite_where=text("done_at IS NULL"),
+        postgresql_where=text("done_at IS NULL"),
+    ),
+)
+
+Index("pico_leases_by_expiry", leases.c.expires_at)
+
 #: Alembic's version table, named for pico: a service that shares the database and keeps
 #: its own schema with Alembic keeps its own ``alembic_version``.
 VERSION_TABLE = "pico_alembic_version"
@@ -282,7 +318,7 @@ VERSION_TABLE = "pico_alembic_version"
 #: Every revision, oldest first; the last is head. Opening a database compares against
 #: this list without importing Alembic; a test proves it equals the scripts' history, so
 #: a revision added without extending it fails CI.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
 
 # The version table exactly as Alembic creates it (``alembic stamp``), written by pico
 # itself when it creates or adopts a database, so that a fresh open needs no Alembic.

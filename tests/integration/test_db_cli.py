@@ -195,7 +195,7 @@ async def test_db_sql_legacy_stamps_a_release_1_database_and_upgrades_it_in_one_
 
 
 def test_db_sql_legacy_from_the_last_legacy_version_only_stamps(app: typer.Typer) -> None:
-    last = "0004"  # the last pre-Alembic version's revision (0005 came after Alembic)
+    last = "0004"  # the last pre-Alembic version's revision (0005 and later came after Alembic)
     code, sql, _ = invoke(
         app, "db", "sql", "--legacy", "--from", last, "--to", last, "--dialect", "sqlite"
     )
@@ -223,5 +223,5 @@ def test_db_history_lists_every_revision_oldest_first_and_marks_head(app: typer.
     code, out, _ = invoke(app, "db", "history")
     assert code == 0
     revisions = [line.split()[0] for line in out.splitlines()[1:] if line[:1].isdigit()]
-    assert revisions == ["0001", "0002", "0003", "0004", "0005"]
+    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006"]
     assert f"{HEAD} (head)" in out and "pre-Alembic" in out

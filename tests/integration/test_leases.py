@@ -97,8 +97,8 @@ class BlockedLeases:
             await self.gate.wait()
         return await self.inner.renew(session_id, owner, ttl)
 
-    async def release(self, session_id: str, owner: str) -> None:
-        await self.inner.release(session_id, owner)
+    async def release(self, session_id: str, owner: str, due: float | None = None) -> None:
+        await self.inner.release(session_id, owner, due)
 
     def close(self) -> None:
         self.inner.close()

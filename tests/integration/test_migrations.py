@@ -248,7 +248,9 @@ def _as_legacy(url: str, versions: int) -> None:
         schema.legacy_versions.create(conn)
         for v in range(1, versions + 1):
             conn.execute(schema.legacy_versions.insert().values(version=v, description=f"v{v}"))
-        conn.execute(sa.text("DROP TABLE pico_leases"))  # 0005: no pre-Alembic layout had it
+        # 0005 (leases) and 0006 (workers): no pre-Alembic layout had them.
+        for table in ("pico_leases", "pico_work", "pico_inbox"):
+            conn.execute(sa.text(f"DROP TABLE {table}"))
         if versions >= 4:
             return
         conn.execute(sa.text("DROP INDEX pico_tasks_by_conversation"))
@@ -283,8 +285,8 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     await h.close()
     _as_legacy(fresh_url, 4)
     assert _stamp(fresh_url) is None
-    # Check: the stamp says 0004 and the log says why; the revisions after 0004 (0005,
-    # leases) are an ordinary upgrade, behind the opt-in.
+    # Check: the stamp says 0004 and the log says why; the revisions after 0004 (0005
+    # leases, 0006 workers) are an ordinary upgrade, behind the opt-in.
     monkeypatch.setenv("PICO_UPGRADE_SCHEMA", "1")
     with caplog.at_level(logging.INFO, logger="pico.storage"):
         h = await pico.Harness.open(fresh_url, session="v4")
@@ -292,7 +294,7 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     c = await h.root()
     assert [e.content for e in (await c.entries()).items] == ["written before Alembic"]
     await h.close()
-    assert _stamp(fresh_url) == HEAD == "0005"
+    assert _stamp(fresh_url) == HEAD == "0006"
     assert _drift(fresh_url) == []
 
 
