@@ -30,6 +30,7 @@ from features.steps.subagents import *  # noqa: F403
 from features.steps.tamper import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
 from features.steps.watch import *  # noqa: F403
+from features.steps.workers import *  # noqa: F403
 from tests.backends import BACKENDS, make_backend, require_postgres
 
 
@@ -53,6 +54,8 @@ EXCLUSIVE = {"jsonl"}
 SQL = {"sqlite", "postgresql"}
 #: Backends whose sessions outlive the process (``@persistent`` scenarios: migration).
 PERSISTENT = {"sqlite", "postgresql", "jsonl"}
+#: Backends that share sessions between processes (``@postgres`` scenarios: workers, inboxes).
+POSTGRES = {"postgresql"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "persistent: a scenario about stored sessions (not the memory backend)"
     )
+    config.addinivalue_line("markers", "workers: a scenario about workers and inboxes (PostgreSQL)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -76,6 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or ("exclusive" in marks and name not in EXCLUSIVE)
             or ("sql" in marks and name not in SQL)
             or ("persistent" in marks and name not in PERSISTENT)
+            or ("postgres" in marks and name not in POSTGRES)
         ):
             dropped.append(item)
         else:
