@@ -357,16 +357,20 @@ class Harness:
         ``lost_event``; None without a lease."""
         return self._heartbeat
 
-    async def close(self) -> None:
+    async def close(self, *, backoff: float = 0.0) -> None:
         """Stop local executions cooperatively and release storage. Writes no outcome:
         unfinished durable tasks stay resumable by the next owner (§6.6). A lease is
-        released last, once nothing can be written under it."""
+        released last, once nothing can be written under it, advertising the session's
+        remaining work to workers (``due_in``), no sooner than ``backoff`` seconds from
+        now (a worker backs off a session whose drive failed)."""
         due: float | None = 0.0
         if not self._line.closed:
             observed = list(self.scheduler.observers)  # close() seals them
             await self.scheduler.close()
             if self._heartbeat is not None:
                 due = self.due_in(observed)
+        if due is not None and type(backoff) in (int, float) and backoff > due:
+            due = float(backoff)
         self._line.close()
         self.watches.close()
         if self._heartbeat is not None:

@@ -116,7 +116,9 @@ class SessionRunner:
         try:
             self.ended = await self._serve()
         finally:
-            await self.harness.close()  # releases the lease, advertising what is due
+            # Releases the lease, advertising what is due; a failed drive backs off.
+            failed = self.ended is None or self.ended.startswith("drive failed")
+            await self.harness.close(backoff=FAILURE_BACKOFF if failed else 0.0)
 
     async def _serve(self) -> str:
         worker, harness = self.worker, self.harness
