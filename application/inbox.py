@@ -151,7 +151,19 @@ def raise_or_value(text: str) -> JsonValue:
     name, message = str(reply.get("error")), str(reply.get("message"))
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, PicoError)):
-        cls = CommandRejectedError
+        cls = _error_class(name) or CommandRejectedError
     exc = cls.__new__(cls)
     Exception.__init__(exc, message)
     raise exc
+
+
+def _error_class(name: str) -> type[PicoError] | None:
+    """A ``PicoError`` subclass defined outside ``domain/errors.py`` (e.g. the tool
+    flow's ``ToolCallAnsweredError``), found by its name among the loaded subclasses."""
+    pending: list[type[PicoError]] = [PicoError]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == name:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None
