@@ -1,5 +1,6 @@
 """PostgreSQL round trips per command (issue 16): single-session commands/s for
-``conversation.append`` and for a command with several mutations, the statements, round
+``conversation.append`` and for a command with several mutations, faux agent turns/s on
+one session (group commit of deferred settlements), the statements, round
 trips and COMMITs of one command and of one faux agent turn (counted from libpq's protocol
 trace on every connection pico opens: a round trip is one ``ReadyForQuery`` the client
 waited for), and aggregate commands/s for 1, 2, 4 processes on their own sessions with the
@@ -109,14 +110,8 @@ async def multi_loop(url: str, n: int) -> float:
     return rate
 
 
-def _multi(tx: Any, i: int) -> None:
-    ids = [tx.append_entry("user", f"{i}.{k} {TEXT}") for k in range(3)]
-    tx.append_context(ids)
-    tx.set_value(NOTES, i)
-
-
-async def counted(url: str, trace: ProtocolTrace, turns: int) -> dict[str, Counter[str]]:
-    """Protocol counts per ``append``, per multi-mutation command and per agent turn."""
+def _turn_harness_args(turns: int) -> dict[str, Any]:
+    """A faux provider answering ``turns`` (+1 warm-up) turns of two tool calls each."""
 
     async def read(args: JsonObject, ctx: ToolContext) -> str:
         return f"contents of {args['path']}"
@@ -126,9 +121,33 @@ async def counted(url: str, trace: ProtocolTrace, turns: int) -> dict[str, Count
         script.append(FauxResponse(text="look", tool_calls=[("read", {"path": f"f{i}"})] * 2))
         script.append(f"answer {i}")
     provider = FauxProvider(script, keep_requests=False)
-    tool = pico.Tool("read", "Read", SCHEMA, read)
+    return {"provider": provider, "tools": [pico.Tool("read", "Read", SCHEMA, read)]}
+
+
+async def turn_loop(url: str, n: int) -> float:
+    """Faux agent turns/s on one session (two tool calls, the join, a final answer)."""
+    h = await pico.Harness.open(url, session=f"bench-t-{time.time_ns()}", **_turn_harness_args(n))
+    c = await h.root()
+    await c.prompt("warm up")
+    start = time.perf_counter()
+    for i in range(n):
+        _, result = await c.prompt(f"question {i}")
+        assert result is not None and result.status == "done", result
+    rate = n / (time.perf_counter() - start)
+    await h.close()
+    return rate
+
+
+def _multi(tx: Any, i: int) -> None:
+    ids = [tx.append_entry("user", f"{i}.{k} {TEXT}") for k in range(3)]
+    tx.append_context(ids)
+    tx.set_value(NOTES, i)
+
+
+async def counted(url: str, trace: ProtocolTrace, turns: int) -> dict[str, Counter[str]]:
+    """Protocol counts per ``append``, per multi-mutation command and per agent turn."""
     h = await pico.Harness.open(
-        url, session=f"bench-c-{time.time_ns()}", provider=provider, tools=[tool]
+        url, session=f"bench-c-{time.time_ns()}", **_turn_harness_args(turns)
     )
     c = await h.root()
     out: dict[str, Counter[str]] = {}
@@ -236,18 +255,22 @@ def main() -> None:
     multi = statistics.median(
         asyncio.run(multi_loop(url, args.commands // 2)) for _ in range(args.runs)
     )
+    turns = statistics.median(
+        asyncio.run(turn_loop(url, args.turns * 10)) for _ in range(args.runs)
+    )
     trace = ProtocolTrace()
     trace.install()
     counts = asyncio.run(counted(url, trace, args.turns))
     print("| single session | commands/s |\n|---|---|")
     print(f"| `append` | {append:,.0f} |")
     print(f"| 3 entries + context + value | {multi:,.0f} |")
+    print(f"| agent turn (turns/s) | {turns:,.1f} |")
     print("\n| per | statements | round trips | COMMITs |\n|---|---|---|---|")
     for name, c in counts.items():
         print(f"| {name} | {c['statements']} | {c['round trips']} | {c['commits']} |")
     print("\n| processes | aggregate commands/s | machine CPU | client CPU per process |")
     print("|---|---|---|---|")
-    for procs in (int(p) for p in args.procs.split(",")):
+    for procs in (int(p) for p in args.procs.split(",") if p):
         rate, machine, client = aggregate(url, procs, args.seconds)
         print(f"| {procs} | {rate:,.0f} | {machine:.0%} | {client:.0%} |")
 

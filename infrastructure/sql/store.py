@@ -109,8 +109,10 @@ class SqlDatabase:
         # SQLite writers of this process holding a deferred (not yet committed) batch: any
         # other connection about to take the write lock, or to read streams, commits
         # them first (RawWriter.flush_pending), so one session's open batch can never
-        # block another's BEGIN IMMEDIATE on the same thread.
-        self.pending: set[RawWriter] = set()
+        # block another's BEGIN IMMEDIATE on the same thread. PostgreSQL's are one set
+        # for the process: a claim's LOCK TABLE waits for every open batch in the
+        # database, whatever URL or SqlDatabase its writer came from.
+        self.pending: set[RawWriter] = set() if self.dialect == "sqlite" else _PG_PENDING
         #: A read-only connection held on an existing SQLite file until it is verified.
         self.guard: Any = None
         if self.dialect == "sqlite":
@@ -295,6 +297,9 @@ class SqlDatabase:
                 engine.dispose()
         self.release_guard()
 
+
+#: PostgreSQL writers of this process holding an open deferred batch (``SqlDatabase.pending``).
+_PG_PENDING: set[RawWriter] = set()
 
 # SQLite primary result codes (the low byte of an extended code).
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -506,10 +511,26 @@ class RawWriter:
         None. SQLite empties a connection's page cache whenever another connection has
         written, so the reader connections start every snapshot cold after each commit;
         the writer's own cache stays warm across its commits."""
-        if not self.sqlite or self._fairy is None or self.thread != threading.get_ident():
+        if self._fairy is None or self.thread != threading.get_ident():
             return None
         conn = self._fairy.driver_connection
+        if not self.sqlite:
+            # PostgreSQL: only inside the batch. Between transactions the reader's
+            # connections serve (a REPEATABLE READ snapshot each) and the writer's stays idle.
+            return conn if self.pending else None
         return conn if self.pending or not conn.in_transaction else None
+
+    def batch_aborted(self, exc: BaseException) -> None:
+        """A read inside the open PostgreSQL batch failed on the server, which aborts the
+        whole transaction: the batch is lost (a COMMIT would only roll it back), so every
+        later write refuses and the session faults at its next command or flush."""
+        self.lost = exc
+        self._end_batch()
+        if self._fairy is not None:
+            try:
+                self._fairy.driver_connection.rollback()
+            except Exception:  # the connection is gone: drop it
+                self.close()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -525,9 +546,9 @@ class RawWriter:
         conn = self.connection()
         cur = conn.cursor()
         try:
+            if self.db.pending:  # PostgreSQL: LOCK TABLE would wait for them
+                self.db.flush_pending(but=self)
             if self.sqlite:
-                if self.db.pending:
-                    self.db.flush_pending(but=self)
                 cur.execute("BEGIN IMMEDIATE")
             else:
                 cur.execute(_BEGIN)
@@ -546,10 +567,10 @@ class RawWriter:
             cur.close()
 
     def transaction(self, work: Callable[[Any], None], *, defer: bool = False) -> None:
-        """Run ``work`` in the write transaction and commit it; with ``defer`` (SQLite
-        only) leave it open so the next transaction joins it (group commit: one COMMIT
-        for several commands; ``flush`` ends it). A failure rolls back the whole open
-        batch, deferred commands included: the caller must treat them as uncertain."""
+        """Run ``work`` in the write transaction and commit it; with ``defer`` leave it
+        open so the next transaction joins it (group commit: one COMMIT for several
+        commands; ``flush`` ends it). A failure rolls back the whole open batch, deferred
+        commands included: the caller must treat them as uncertain."""
         if self.lost is not None:
             raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
         conn = self.connection()
@@ -560,12 +581,27 @@ class RawWriter:
                 # One round trip for the whole transaction: BEGIN, the command's statements
                 # and COMMIT are queued in pipeline mode and sent with one Sync; a read in
                 # ``work`` (a fetch) syncs early. The first failing statement is raised at
-                # the Sync, and the server skips the rest, COMMIT included.
+                # the Sync, and the server skips the rest, COMMIT included. A deferred
+                # command ends at its Sync (its errors are its own) without COMMIT; the
+                # next transaction joins the batch, and a durable one ends it with its
+                # COMMIT behind the same Sync.
+                if self.pending and conn.info.transaction_status != _PG_INTRANS:
+                    raise RuntimeError(f"the open batch on {self.db.location} was aborted")
                 with conn.pipeline():
-                    if not held:
+                    if not held and not self.pending:
                         cur.execute(_BEGIN)
                     work(cur)
-                    cur.execute("COMMIT")
+                    if not defer:
+                        cur.execute("COMMIT")
+                if defer:
+                    # Its own round trip, after the pipeline: psycopg ends a pipeline with
+                    # Sync then Flush, and the server arms its idle timer at the Sync's
+                    # ReadyForQuery and disarms it at the Flush, never to re-arm it.
+                    cur.execute(_BATCH_IDLE_LIMIT)
+                    self.pending = True
+                    self.db.pending.add(self)
+                else:
+                    self._end_batch()
                 return
             if not self.pending and not held:
                 if self.db.pending:
@@ -602,10 +638,16 @@ class RawWriter:
         conn = self.connection()
         cur = conn.cursor()
         try:
+            if not self.sqlite and conn.info.transaction_status != _PG_INTRANS:
+                # An aborted transaction's COMMIT answers ROLLBACK without an error.
+                raise RuntimeError(f"the open batch on {self.db.location} was aborted")
             cur.execute("COMMIT")
         except BaseException as exc:
             self.lost = exc
             self._rollback(conn, cur)
+            translated = self.db.translate(exc, "committing deferred commands")
+            if translated is not exc:
+                raise translated from exc
             raise
         finally:
             cur.close()
@@ -637,6 +679,16 @@ class RawWriter:
 # What psycopg's implicit BEGIN sent on the writer's connection (SQLAlchemy's default
 # isolation level), spelled out so a server's default_transaction_isolation cannot change it.
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+# psycopg's ``TransactionStatus.INTRANS``: idle inside a transaction that has not failed.
+_PG_INTRANS = 2
+# A deferred batch is committed within the line's flush window (milliseconds) by a live
+# owner. One whose owner stalls (a stopped process, a loop blocked, a faulted handle not
+# yet closed) would keep its locks for as long: rows of its own session only (its head
+# row, its streams' keys), which a new owner's claim waits for, and ROW EXCLUSIVE on
+# pico_events, which only a claim's table lock waits for (no command takes one). The server
+# ends such a batch (and its connection) after this long idle (5 s); the owner then faults,
+# as after a crash. SET LOCAL: the limit ends with the batch.
+_BATCH_IDLE_LIMIT = "SET LOCAL idle_in_transaction_session_timeout = 5000"
 
 
 def _pg_checkin(engine: Engine) -> None:
@@ -1256,8 +1308,9 @@ class SqlReadStore:
         # SQLAlchemy checkout plus its BEGIN events cost more than most of these queries.
         conn: Any = None if self._writer is None else self._writer.idle_connection()
         # Inside the writer's deferred batch the reads see its commands; it is already a
-        # transaction (never ended here: a ROLLBACK would drop the batch).
-        own = conn is not None and conn.in_transaction
+        # transaction (never ended here: a ROLLBACK would drop the batch). On PostgreSQL
+        # the writer's connection is lent only inside its batch.
+        own = conn is not None and (self._pg or conn.in_transaction)
         if conn is None:
             fairy: Any = getattr(self._local, "fairy", None)
             if fairy is None:
@@ -1289,7 +1342,11 @@ class SqlReadStore:
         finally:
             self._local.cur = None
             try:
-                if self._pg:
+                if self._pg and own:
+                    if conn.info.transaction_status != _PG_INTRANS and self._writer is not None:
+                        # A failed statement aborted the batch on the server.
+                        self._writer.batch_aborted(RuntimeError("a read failed inside it"))
+                elif self._pg:
                     conn.rollback()  # no round trip when no query opened the transaction
                 elif not own and conn.in_transaction:
                     cur.execute("ROLLBACK")
