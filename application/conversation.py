@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pico.application.command import Command, ConversationCommand
 from pico.application.flows import InputResult
@@ -260,7 +260,14 @@ class ConversationHandle:
             content=content,
         )
 
-    async def command(self, build: Callable[[ConversationCommand], T | Awaitable[T]]) -> T:
+    @overload
+    async def command(self, build: Callable[[ConversationCommand], Awaitable[T]]) -> T: ...
+
+    @overload
+    async def command(self, build: Callable[[ConversationCommand], T]) -> T: ...
+
+    async def command(self, build: Callable[[ConversationCommand], Any]) -> Any:
+        """``Harness.command`` with a builder for this conversation."""
         return await self.harness.command(lambda tx: build(ConversationCommand(tx, self.id)))
 
     async def append(

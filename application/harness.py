@@ -624,13 +624,21 @@ class Harness:
         return self.reads.meta()
 
     # ------------------------------------------------------------------ commands
+    # Async builders first: for ``Callable[..., T | Awaitable[T]]`` mypy infers ``Never``
+    # from an ``async def`` builder; separate overloads infer its result type.
     @overload
-    async def command(self, build: Callable[[Command], T | Awaitable[T]], /) -> T: ...
+    async def command(self, build: Callable[[Command], Awaitable[T]], /) -> T: ...
+
+    @overload
+    async def command(self, build: Callable[[Command], T], /) -> T: ...
 
     @overload
     async def command(
-        self, scope: WorkingScope, build: Callable[[WorkingCommand], T | Awaitable[T]], /
+        self, scope: WorkingScope, build: Callable[[WorkingCommand], Awaitable[T]], /
     ) -> T: ...
+
+    @overload
+    async def command(self, scope: WorkingScope, build: Callable[[WorkingCommand], T], /) -> T: ...
 
     async def command(self, *args: Any) -> Any:
         """Run a builder against committed state and persist its mutations as ONE batch.

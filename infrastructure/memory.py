@@ -99,7 +99,7 @@ class MemoryRecorder(AggregateRecorder):
             self.db.read_store(session_id).apply(ops)
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, session_id: str = "") -> Iterator[None]:
         """No other writer commits while an opening claim reloads and saves (one lock)."""
         with self.db.lock:
             yield

@@ -9,8 +9,8 @@ the live read model table by table, row by row. It only reads: SQLite is opened
 the events and the rows), a JSONL journal without its lock.
 
 ``rebuild`` replaces one session's read model with the replay, atomically: in ONE
-transaction that holds the database's write lock (SQLite ``BEGIN IMMEDIATE``; PostgreSQL
-``LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE``, the lock an opening claim takes),
+transaction that holds the session's write lock (SQLite ``BEGIN IMMEDIATE``, the file's;
+PostgreSQL the session's advisory lock, the one an opening claim takes),
 it reads the events, deletes the session's rows and inserts the rebuilt ones. No writer
 commits in between: an owner that is running waits for the lock and its next commit lands
 on the rebuilt rows. A failure anywhere rolls back and leaves the old read model.
@@ -43,6 +43,7 @@ from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import named_database
 from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.store import SESSION_LOCK
 from pico.infrastructure.storage import make_mapper
 from pico.infrastructure.verify import (
     READ_MODEL,
@@ -433,10 +434,12 @@ def _rebuild_sql(conn: Connection, session: str, where: str) -> RebuildReport:
     present = _require_session(conn, session)
     if conn.dialect.name == "postgresql":  # SQLite's BEGIN IMMEDIATE already holds it
         # As long as SQLite's busy_timeout: a writer holding the lock longer makes this a
-        # StorageUnavailableError, never an endless wait. The lock holds off writers of
-        # every session in the database for the rebuild's length (one transaction).
+        # StorageUnavailableError, never an endless wait. The session's write lock (the
+        # advisory lock its claim and every write transaction of its owner take first:
+        # sql/store.py SESSION_LOCK) holds off that session's owner for the rebuild's
+        # length, and no other session.
         conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")
-        conn.exec_driver_sql("LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE")
+        conn.exec_driver_sql(SESSION_LOCK, (session,))
     replica = Replica(session)
     try:
         count, warnings = _project_events(conn, session, replica, where)

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, cast
 from uuid import UUID
 
+import sqlalchemy as sa
 from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityError, StoredEvent
@@ -17,7 +18,12 @@ from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityEr
 from pico.application.chain import ChainBreak, ChainReport
 from pico.application.events import aggregate_name, event_payload
 from pico.application.ports import AuditRecord, ReadPort, StatePort, TaskPort
-from pico.domain.errors import PicoError, StaleWriterError, StorageCorruptError
+from pico.domain.errors import (
+    PicoError,
+    StaleWriterError,
+    StorageCorruptError,
+    StorageUnavailableError,
+)
 from pico.domain.session import BOUNDARIES
 from pico.domain.state import StateWrite
 from pico.infrastructure.chain import (
@@ -113,6 +119,13 @@ class EventSourcedStorage:
             return None
         except PicoError:  # translated by the recorder (damaged page, server gone)
             raise
+        except sa.exc.TimeoutError as exc:  # no connection free in the pool: not damage
+            raise StorageUnavailableError(
+                f"{self.location}: no database connection became free while loading "
+                f"aggregate {aggregate_id} of session {self.session_id!r} ({exc}); nothing "
+                "was changed. Hold fewer sessions open in this process, or raise the "
+                "server's max_connections"
+            ) from exc
         except Exception as exc:
             raise StorageCorruptError(
                 f"{self.location}: aggregate {aggregate_id} of session {self.session_id!r} "
@@ -137,7 +150,7 @@ class EventSourcedStorage:
         Session aggregate in here, so it lands on the head it read (seed 000, "Claiming a
         run")."""
         exclusive = getattr(self.recorder, "exclusive", None)
-        return nullcontext() if exclusive is None else exclusive()
+        return nullcontext() if exclusive is None else exclusive(self.session_id)
 
     def _decode(self, position: int, stored: StoredEvent) -> Any:
         try:

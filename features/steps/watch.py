@@ -86,8 +86,7 @@ def in_flight(world: World, name: str, conv: str) -> None:
             await release.wait()
             return entry
 
-        # mypy cannot solve ``T | Awaitable[T]`` for an async builder (harness.command).
-        task: asyncio.Future[int] = asyncio.ensure_future(world.h.command(build))  # type: ignore[arg-type]
+        task: asyncio.Future[int] = asyncio.ensure_future(world.h.command(build))
         await asyncio.wait_for(building.wait(), 10)
         return InFlight(task, release, name)
 

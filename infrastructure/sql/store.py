@@ -71,7 +71,14 @@ from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
 log = logging.getLogger("pico.storage")
 
-__all__ = ["SqlDatabase", "SqlReadStore", "SqlRecorder", "read_only_connector", "translate_error"]
+__all__ = [
+    "SESSION_LOCK",
+    "SqlDatabase",
+    "SqlReadStore",
+    "SqlRecorder",
+    "read_only_connector",
+    "translate_error",
+]
 
 
 class SqlDatabase:
@@ -197,7 +204,11 @@ class SqlDatabase:
             guard.close()
 
     def _open_postgresql(self, url: str) -> None:
-        self.writer = sa.create_engine(url, pool_size=2, max_overflow=4)
+        # One engine per URL per process, shared by its sessions (container._open_sql);
+        # each open writing session holds its writer's connection and a reader's for as
+        # long as it is open, so the pool must grow with the sessions a process holds (a
+        # worker: 2 x concurrency): no overflow limit, never a wait for a connection.
+        self.writer = sa.create_engine(url, pool_size=4, max_overflow=-1)
         _pg_checkin(self.writer)
         if self.read_only:
             self.reader = self.loader = self.writer.execution_options(
@@ -483,6 +494,9 @@ class RawWriter:
         self.lost: BaseException | None = None
         # Inside ``exclusive``: the write lock is held and the next transaction joins it.
         self.held = False
+        # PostgreSQL: the session whose advisory lock every write transaction takes first
+        # (set by the claim, ``exclusive``); None before any claim.
+        self.lock_key: str | None = None
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
@@ -533,26 +547,29 @@ class RawWriter:
                 self.close()
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Take the database's write lock before reading: SQLite ``BEGIN IMMEDIATE``;
-        PostgreSQL ``LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE``, which waits for
-        every transaction inserting events and holds off new ones (it does not block
-        readers). The next ``transaction`` runs inside the lock and its COMMIT releases it;
-        leaving the block without one rolls back. Only an opening claim uses it (for
-        milliseconds), so commands pay nothing for it."""
+    def exclusive(self, session_id: str) -> Iterator[None]:
+        """Take the session's write lock before reading: SQLite ``BEGIN IMMEDIATE`` (the
+        file's); PostgreSQL the session's advisory lock (``SESSION_LOCK``), which every
+        write transaction of a claimed writer takes first: the claim waits for the
+        session's transaction in flight and holds off the next one, whose version check
+        then refuses it. It never touches another session: a claim on PostgreSQL makes no
+        other session's commands wait (issue 16). The next ``transaction`` runs inside the
+        lock and its COMMIT releases it; leaving the block without one rolls back. Only
+        an opening claim uses it."""
         if self.lost is not None:
             raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
         self.flush()
         conn = self.connection()
         cur = conn.cursor()
         try:
-            if self.db.pending:  # PostgreSQL: LOCK TABLE would wait for them
+            if self.db.pending:  # this process's open batches: the claim may wait for one
                 self.db.flush_pending(but=self)
             if self.sqlite:
                 cur.execute("BEGIN IMMEDIATE")
             else:
+                self.lock_key = session_id  # every later write transaction takes it too
                 cur.execute(_BEGIN)
-                cur.execute("LOCK TABLE pico_events IN SHARE ROW EXCLUSIVE MODE")
+                cur.execute(SESSION_LOCK, (session_id,))
             self.held = True
             yield
         except BaseException as exc:
@@ -590,6 +607,8 @@ class RawWriter:
                 with conn.pipeline():
                     if not held and not self.pending:
                         cur.execute(_BEGIN)
+                        if self.lock_key is not None:
+                            cur.execute(SESSION_LOCK, (self.lock_key,))
                     work(cur)
                     if not defer:
                         cur.execute("COMMIT")
@@ -681,6 +700,8 @@ class RawWriter:
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # psycopg's ``TransactionStatus.INTRANS``: idle inside a transaction that has not failed.
 _PG_INTRANS = 2
+#: psycopg's TransactionStatus INERROR and UNKNOWN: an aborted transaction or a lost link.
+_PG_BROKEN = (3, 4)
 # A deferred batch is committed within the line's flush window (milliseconds) by a live
 # owner. One whose owner stalls (a stopped process, a loop blocked, a faulted handle not
 # yet closed) would keep its locks for as long: rows of its own session only (its head
@@ -889,10 +910,10 @@ class SqlRecorder(AggregateRecorder):
     def flush(self) -> None:
         self._writer.flush()
 
-    def exclusive(self) -> Any:
+    def exclusive(self, session_id: str) -> Any:
         # A claim: another owner may have written since this one last did.
         self._lasts.clear()
-        return self._writer.exclusive()
+        return self._writer.exclusive(session_id)
 
     def close(self) -> None:
         for listener in self._listeners:
@@ -946,6 +967,11 @@ _DELETE_CONTEXT = "DELETE FROM pico_context_elements WHERE session_id = ? AND co
 _INSERT_COMMIT = "INSERT INTO pico_commits (session_id, last, first, scope) VALUES (?, ?, ?, ?)"
 _HEAD_MAIN = "UPDATE pico_sessions SET head = ?, main_head = ? WHERE session_id = ?"
 _HEAD = "UPDATE pico_sessions SET head = ? WHERE session_id = ?"
+# The session's write lock on PostgreSQL: a transaction-level advisory lock on the
+# session's key (the two-int key space, apart from the schema lock's single key), taken
+# FIRST by every write transaction of a claimed writer and by a claim (RawWriter.exclusive),
+# so they queue in one order and never deadlock; no other session ever waits for it.
+SESSION_LOCK = "SELECT pg_advisory_xact_lock(7305730, hashtext(%s))"
 _INSERT_SESSION = "INSERT INTO pico_sessions (session_id, head, main_head) VALUES (?, 0, 0)"
 _OWNER = "UPDATE pico_sessions SET owner = ? WHERE session_id = ?"
 _ROOT = "UPDATE pico_sessions SET root_id = ? WHERE session_id = ?"
@@ -1330,6 +1356,7 @@ class SqlReadStore:
             if not self._pg and not own:
                 cur.execute("BEGIN")  # deferred: a WAL snapshot from the first read
             self._local.cur = cur
+            self._local.own = own
             yield
         except Exception as exc:
             # Driver errors only (a damaged page, a server gone away); a command's own
@@ -1341,10 +1368,14 @@ class SqlReadStore:
             raise translated from exc
         finally:
             self._local.cur = None
+            self._local.own = False
             try:
                 if self._pg and own:
-                    if conn.info.transaction_status != _PG_INTRANS and self._writer is not None:
-                        # A failed statement aborted the batch on the server.
+                    # A failed statement aborted the batch on the server. (IDLE is not a
+                    # failure: a flush committed the batch while an async builder awaited
+                    # inside this snapshot, e.g. a drive ending; the reads after it saw
+                    # the same rows, as only this writer writes the session.)
+                    if conn.info.transaction_status in _PG_BROKEN and self._writer is not None:
                         self._writer.batch_aborted(RuntimeError("a read failed inside it"))
                 elif self._pg:
                     conn.rollback()  # no round trip when no query opened the transaction
@@ -1383,7 +1414,12 @@ class SqlReadStore:
             raise RuntimeError("SqlReadStore primitives run inside read()")
         if not self._pg:
             cur.execute(statement, tuple(params))
-        elif cur.connection.info.transaction_status == 0:  # IDLE: the read's first query
+        elif (
+            cur.connection.info.transaction_status == 0  # IDLE: the read's first query
+            and not getattr(self._local, "own", False)  # never on the writer's connection
+        ):
+            # (A batch flushed under a snapshot on the writer's connection leaves it IDLE:
+            # a BEGIN there would open a transaction the next write transaction runs into.)
             # BEGIN and the query behind one Sync: the snapshot is taken by the query.
             with cur.connection.pipeline():
                 cur.execute(self._begin)

@@ -203,9 +203,7 @@ class SqlWorkQueue:
             raise InvalidArgumentError(f"prefix must be text (a str), got {prefix!r}")
         self.location = location
         self.prefix = prefix
-        self._like = (
-            prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        )
+        self._like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         self._db = _Connection(conninfo, location, "pico-worker")
         self._listen = _Connection(conninfo, location, "pico-worker-listen")
         self._listening = False
@@ -437,11 +435,8 @@ class Inbox:
                 conn = await self._db.get()
                 async with conn.transaction():
                     if await (await conn.execute(SESSION_EXISTS, params)).fetchone() is None:
-                        raise UnknownSessionError(
-                            f"session {session!r} does not exist in {self.location}; an "
-                            "inbox only reaches existing sessions (create it with "
-                            "Harness.open first)"
-                        )
+                        # An inbox never creates a session (a typo would make one).
+                        raise UnknownSessionError(session)
                     await conn.execute(MARK_DUE, params)
                     inserted = (await conn.execute(SUBMIT, params)).rowcount == 1
                     row = await (await conn.execute(SUBMITTED, params)).fetchone()

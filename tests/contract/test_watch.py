@@ -208,8 +208,7 @@ async def test_a_commit_in_flight_at_registration_is_delivered_once_not_in_the_b
         await release.wait()
         return entry
 
-    # mypy cannot solve ``T | Awaitable[T]`` for an async builder (harness.command).
-    racing: asyncio.Future[int] = asyncio.ensure_future(h.command(build))  # type: ignore[arg-type]
+    racing: asyncio.Future[int] = asyncio.ensure_future(h.command(build))
     await _bounded(building.wait())
     seen = Seen()
     h.watch(c.id, seen)  # registers while the command holds the line
@@ -241,8 +240,7 @@ async def test_a_commit_finished_before_registration_is_in_the_base_not_delivere
         await release.wait()
         return entry
 
-    # mypy cannot solve ``T | Awaitable[T]`` for an async builder (harness.command).
-    racing: asyncio.Future[int] = asyncio.ensure_future(h.command(build))  # type: ignore[arg-type]
+    racing: asyncio.Future[int] = asyncio.ensure_future(h.command(build))
     await _bounded(building.wait())
     release.set()
     entry = await _bounded(racing)  # the commit completes first

@@ -10,6 +10,7 @@ Counted from libpq's protocol trace on the writer's connection (test_pg_round_tr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import signal
@@ -395,3 +396,38 @@ async def test_opening_another_session_in_the_process_commits_the_open_batch_fir
     assert await _committed(url, session) == [deferred, after]
     await b.close()
     await a.close()
+
+
+async def test_a_flush_while_an_async_builder_awaits_inside_its_snapshot_loses_nothing(
+    url: str, session: str, no_flush_window: None
+) -> None:
+    # A drive ending (or a result read) flushes the line while another command's async
+    # builder is suspended inside its snapshot, whose reads run on the writer's connection
+    # in the open batch: the flush commits the batch under it. That is not an aborted
+    # batch: the builder goes on, commits, and nothing is lost or faulted.
+    h = await pico.Harness.open(url, session=session)
+    c = await h.root()
+    deferred = await h._line.run(_append(c.id, "deferred"), defer=True)
+    assert h._line.pending
+    inside, resume = asyncio.Event(), asyncio.Event()
+
+    async def build(tx: pico.Command) -> int:
+        tx.get_entries([deferred])  # a read on the writer's connection, in the batch
+        inside.set()
+        await resume.wait()
+        assert tx.get_entries([deferred])  # and another after the flush
+        entry = tx.append_entry(c.id, "user", "after the flush")
+        tx.append_context(c.id, [entry])
+        return entry
+
+    building = asyncio.ensure_future(h.command(build))
+    await inside.wait()
+    h._line.flush()  # what a drive's end does
+    assert await _committed(url, session) == [deferred]
+    resume.set()
+    after = await building
+    # Check: the handle is healthy and both commands are durable, in order.
+    assert h.faulted is None
+    assert await _committed(url, session) == [deferred, after]
+    await c.append("user", "and on")
+    await h.close()

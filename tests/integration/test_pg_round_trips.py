@@ -65,11 +65,12 @@ async def test_an_append_is_one_round_trip_with_its_notify_last_before_commit() 
     with _traced(conn) as messages:
         entry = await c.append("user", "one round trip")
     done = _completed(messages)
-    # Check: one Sync answered once; BEGIN first, then rows, NOTIFY, COMMIT.
+    # Check: one Sync answered once; BEGIN first, the session's write lock (SELECT
+    # pg_advisory_xact_lock), then rows, NOTIFY, COMMIT.
     assert _round_trips(messages) == 1, messages
-    assert done[0] == "BEGIN" and done[-1] == "COMMIT", done
-    # The only SELECT is the NOTIFY (SELECT pg_notify): no read of the last position.
-    assert done[-2] == "SELECT 1" and done.count("SELECT 1") == 1, done
+    assert done[0] == "BEGIN" and done[1] == "SELECT 1" and done[-1] == "COMMIT", done
+    # The only other SELECT is the NOTIFY (SELECT pg_notify): no read of the last position.
+    assert done[-2] == "SELECT 1" and done.count("SELECT 1") == 2, done
     assert (await c.snapshot()).context[-1] == entry
     await h.close()
 
