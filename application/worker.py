@@ -185,18 +185,25 @@ class SessionRunner:
         return due is None or due > self.worker.idle_after
 
     async def _drain(self) -> None:
+        """Execute the session's waiting commands, oldest first, page by page."""
         worker, harness = self.worker, self.harness
-        for item in await worker.queue.pending(self.session_id):
-            try:
-                value = await execute(harness, item)
-            except Exception as exc:
-                if not is_verdict(exc):
-                    raise  # the owner's trouble: the command waits for the next owner
-                reply = reply_json(error=exc)
-            else:
-                reply = reply_json(value)
-            if await worker.queue.reply(item, worker.owner, reply):
-                self.executed += 1
+        while True:
+            items = await worker.queue.pending(self.session_id)
+            replied = 0
+            for item in items:
+                try:
+                    value = await execute(harness, item)
+                except Exception as exc:
+                    if not is_verdict(exc):
+                        raise  # the owner's trouble: the command waits for the next owner
+                    reply = reply_json(error=exc)
+                else:
+                    reply = reply_json(value)
+                if await worker.queue.reply(item, worker.owner, reply):
+                    self.executed += 1
+                    replied += 1
+            if not items or replied < len(items):
+                return  # empty, or a reply refused (the lease is gone): stop here
 
 
 class Worker:

@@ -128,6 +128,26 @@ async def test_an_input_submitted_to_the_inbox_is_answered_by_a_worker_that_then
     assert reply == f'{{"ok":true,"value":{input_id}}}'
 
 
+async def test_more_commands_than_one_page_are_all_executed_in_one_hold(pg: str) -> None:
+    start = prefix("wk-page")
+    session = start + "a"
+    await create_session(pg, session)
+    worker = _worker(pg, start, idle_after=1.0, poll_every=30.0)
+    async with pico.Inbox(pg) as inbox:
+        # 130 context-only messages: more than the 100 a drain reads per page.
+        sent = [
+            await inbox.submit(session, "append_message", {"input": f"m{i}"}) for i in range(130)
+        ]
+        async with running(worker):
+            replies = [await inbox.reply(s, timeout=30.0) for s in sent]
+            await wait_for("the session released", lambda: worker.finished, within=10.0)
+    # Check: every command executed, in submission order, by ONE hold of the session.
+    assert worker.picked == 1 and worker.finished == [(session, "idle")]
+    assert _users(await _transcript(pg, session)) == [f"m{i}" for i in range(130)]
+    assert replies == sorted(replies) and len(set(replies)) == 130
+    assert all(done for (_, _, _, _, done, _) in inbox_rows(pg, start))
+
+
 # ------------------------------------------------------------------ 2. request keys
 async def test_a_request_key_names_one_command_once_and_refuses_another_command(
     pg: str,
@@ -448,12 +468,10 @@ async def test_sessions_spread_over_two_workers_each_held_by_one_at_a_time(pg: s
     holding: dict[str, str] = {}  # session -> the worker holding it right now
     overlaps: list[str] = []
     held_by: dict[str, list[str]] = {s: [] for s in sessions}
-    # Each worker on its own spelling of the URL, so each gets its own engine: one process
-    # shares one engine per URL (6 connections) and a write-open harness holds 2, so four
-    # sessions held in one process would wait 30 s for a connection (reported, issue 16).
-    urls = [pg + ("&" if "?" in pg else "?") + f"application_name=pico-w{n}" for n in range(2)]
+    # Both workers in this process share one engine (one per URL per process): four
+    # sessions held at once must not wait for a connection (its pool grows with them).
     workers = [
-        _worker(url, start, concurrency=2, provider=FauxProvider([answer] * 10)) for url in urls
+        _worker(pg, start, concurrency=2, provider=FauxProvider([answer] * 10)) for _ in range(2)
     ]
     # Both first picks run at the same moment: SKIP LOCKED must give them disjoint rows.
     together = asyncio.Barrier(2)
