@@ -74,17 +74,17 @@ Feature: Workers and inboxes
     And worker "W2" took "S" 1 time
 
   Scenario: Two workers never hold the same session at once, and every session is served
-    Given the sessions "A, B, C, D" exist
-    And the workers' model will call the tool "rendezvous" 2 times
-    And the workers' model will answer "Served." 4 times
-    When an API process asks "Serve me" in each of "A, B, C, D"
-    And workers "W1, W2", each holding 1 session at a time, start serving at the same moment
-    Then 2 sessions wait at the rendezvous at once
-    And "W1" and "W2" each hold 1 of them under their own leases, none held by both
+    Given the sessions "A, B, C, D, E, F" exist
+    And the workers' model will call the tool "rendezvous" 4 times
+    And the workers' model will answer "Served." 6 times
+    When an API process asks "Serve me" in each of "A, B, C, D, E, F"
+    And workers "W1, W2", each holding 2 sessions at a time, start serving at the same moment
+    Then 4 sessions wait at the rendezvous at once
+    And "W1" and "W2" each hold 2 of them under their own leases, none held by both
     When the rendezvous opens
-    Then each of "A, B, C, D" answers "Serve me" with "Served."
-    And each of "A, B, C, D" was taken by exactly one worker, once, and released as idle
-    And the workers' model was asked 6 times
+    Then each of "A, B, C, D, E, F" answers "Serve me" with "Served."
+    And each of "A, B, C, D, E, F" was taken by exactly one worker, once, and released as idle
+    And the workers' model was asked 10 times
 
   Scenario: A session whose owner died is taken over after its lease expires
     Given the session "S" exists

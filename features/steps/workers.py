@@ -314,9 +314,11 @@ def api_tries(
 
 
 @when(
-    parsers.parse(
-        'workers "{names}", each holding {n:d} session at a time, start serving at the same moment'
-    )
+    parsers.re(
+        r'workers "(?P<names>[^"]+)", each holding (?P<n>\d+) sessions? at a time, start '
+        r"serving at the same moment"
+    ),
+    converters={"n": int},
 )
 def workers_start_together(world: World, names: str, n: int) -> None:
     pool = _pool(world)
