@@ -144,7 +144,8 @@ async def test_more_commands_than_one_page_are_all_executed_in_one_hold(pg: str)
     # Check: every command executed, in submission order, by ONE hold of the session.
     assert worker.picked == 1 and worker.finished == [(session, "idle")]
     assert _users(await _transcript(pg, session)) == [f"m{i}" for i in range(130)]
-    assert replies == sorted(replies) and len(set(replies)) == 130
+    ids = [r for r in replies if isinstance(r, int)]
+    assert len(set(ids)) == 130 and ids == sorted(ids)
     assert all(done for (_, _, _, _, done, _) in inbox_rows(pg, start))
 
 
