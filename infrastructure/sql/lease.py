@@ -135,14 +135,22 @@ class SqlLeaseStore:
             self.close()  # a cancelled statement leaves the connection in an unknown state
             raise
         except Exception as exc:
-            self.close()  # the next call reconnects
-            translated = translate_error(exc, self.location, doing, sqlite=False)
-            if translated is exc:
-                raise StorageUnavailableError(
-                    f"PostgreSQL at {self.location} failed while {doing}: {exc}; check that "
-                    "the server is reachable and the schema is at head (pico db current)"
-                ) from exc
-            raise translated from exc
+            raise self._failed(
+                exc,
+                doing,
+                "check that the server is reachable and the schema is at head (pico db current)",
+            ) from exc
+
+    def _failed(self, exc: Exception, doing: str, advice: str) -> BaseException:
+        """The PicoError for a failed statement; the connection is dropped (the next call
+        reconnects)."""
+        self.close()
+        translated = translate_error(exc, self.location, doing, sqlite=False)
+        if translated is exc:
+            return StorageUnavailableError(
+                f"PostgreSQL at {self.location} failed while {doing}: {exc}; {advice}"
+            )
+        return translated
 
     async def acquire(self, session_id: str, owner: str, ttl: float) -> Any:
         params = {"session": session_id, "owner": owner, "ttl": float(ttl)}
@@ -169,14 +177,9 @@ class SqlLeaseStore:
             self.close()
             raise
         except Exception as exc:
-            self.close()
-            translated = translate_error(exc, self.location, doing, sqlite=False)
-            if translated is exc:
-                raise StorageUnavailableError(
-                    f"PostgreSQL at {self.location} failed while {doing}: {exc}; the lease "
-                    "expires by itself and a worker then picks the session up"
-                ) from exc
-            raise translated from exc
+            raise self._failed(
+                exc, doing, "the lease expires by itself and a worker then picks the session up"
+            ) from exc
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -354,9 +354,7 @@ class Inbox:
     ) -> Submitted:
         """``ConversationHandle.accept`` on the owner (the root conversation unless
         ``conversation_id``); the reply is the input id."""
-        return await self.submit(
-            session, "accept", {"conversation_id": conversation_id, "input": input}, request_id
-        )
+        return await self._input("accept", session, input, conversation_id, request_id)
 
     async def steer(
         self,
@@ -367,9 +365,7 @@ class Inbox:
         request_id: str | None = None,
     ) -> Submitted:
         """``ConversationHandle.steer`` on the owner; the reply is the input id."""
-        return await self.submit(
-            session, "steer", {"conversation_id": conversation_id, "input": input}, request_id
-        )
+        return await self._input("steer", session, input, conversation_id, request_id)
 
     async def follow_up(
         self,
@@ -380,9 +376,18 @@ class Inbox:
         request_id: str | None = None,
     ) -> Submitted:
         """``ConversationHandle.follow_up`` on the owner; the reply is the input id."""
-        return await self.submit(
-            session, "follow_up", {"conversation_id": conversation_id, "input": input}, request_id
-        )
+        return await self._input("follow_up", session, input, conversation_id, request_id)
+
+    async def _input(
+        self,
+        kind: str,
+        session: str,
+        input: JsonValue,
+        conversation_id: int | None,
+        request_id: str | None,
+    ) -> Submitted:
+        payload = {"conversation_id": conversation_id, "input": input}
+        return await self.submit(session, kind, payload, request_id)
 
     async def decide_approval(
         self, session: str, task_id: int, decision: str, *, request_id: str | None = None
