@@ -364,6 +364,14 @@ class CommandLine:
         self.session = loaded
 
     def _fault(self, reason: str) -> None:
+        if self.pending:
+            # Deferred commands still open (a fault from outside a save: a lost lease):
+            # none of them may commit now, and their batch must not keep the session's
+            # locks from the next owner.
+            abandon = getattr(self.storage, "abandon", None)
+            if abandon is not None:
+                with contextlib.suppress(Exception):
+                    abandon(reason)
         self._settled()  # the failed save or flush rolled back every deferred command
         self.faulted = reason
         self._cache.clear()

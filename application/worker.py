@@ -174,6 +174,8 @@ class SessionRunner:
                 drive.cancel()
                 with contextlib.suppress(BaseException):
                     await drive
+            elif drive is not None and not drive.cancelled():
+                drive.exception()  # retrieved: ``ended`` says why the runner stopped
 
     def _quiet(self) -> bool:
         """Nothing runs here and no work is due within ``idle_after``: release."""

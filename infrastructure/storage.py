@@ -214,6 +214,12 @@ class EventSourcedStorage:
         if flush is not None:
             flush()
 
+    def abandon(self, reason: str) -> None:
+        """The owner faulted: roll back deferred saves not yet durable, at once."""
+        abandon = getattr(self.recorder, "abandon", None)
+        if abandon is not None:
+            abandon(reason)
+
     def _snapshot(self, aggregate: Aggregate) -> None:
         try:
             self.snapshots.put([aggregate.Snapshot.take(aggregate)])

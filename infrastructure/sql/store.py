@@ -604,6 +604,8 @@ class RawWriter:
                 # COMMIT behind the same Sync.
                 if self.pending and conn.info.transaction_status != _PG_INTRANS:
                     raise RuntimeError(f"the open batch on {self.db.location} was aborted")
+                if not held and not self.pending and self.lock_key is not None:
+                    self._flush_same_session()
                 with conn.pipeline():
                     if not held and not self.pending:
                         cur.execute(_BEGIN)
@@ -646,6 +648,36 @@ class RawWriter:
             raise
         finally:
             cur.close()
+
+    def _flush_same_session(self) -> None:
+        """Commit the open batch of another handle of this session in this process (a
+        stale owner's, say) before waiting for the session's lock: it holds that lock and
+        could only be committed by this thread, which would be the one waiting."""
+        here = threading.get_ident()
+        for writer in list(self.db.pending):
+            if writer is not self and writer.lock_key == self.lock_key and writer.thread == here:
+                try:
+                    writer.flush()
+                except Exception:  # recorded on that writer: its own handle faults on it
+                    log.warning("group commit of another handle failed", exc_info=True)
+
+    def abandon(self, reason: str) -> None:
+        """The owner faulted (its lease lost, say): an open deferred batch must never
+        commit and must not keep holding the session's locks. It is rolled back now — on
+        PostgreSQL by dropping the connection (the server rolls back when it sees it go;
+        no round trip that a partitioned network could hang), on SQLite with ROLLBACK,
+        which also frees the file's write lock — and every later write refuses."""
+        if not self.pending:
+            return
+        self._end_batch()
+        self.lost = RuntimeError(f"the handle faulted with the batch open: {reason}")
+        if self.sqlite and self._fairy is not None and self.thread == threading.get_ident():
+            try:
+                self._fairy.driver_connection.execute("ROLLBACK")
+                return
+            except Exception:
+                pass  # the connection is gone: dropping it rolls back too
+        self.close()
 
     def flush(self) -> None:
         """Commit the deferred batch, if any (a failure rolls it back and raises)."""
@@ -909,6 +941,9 @@ class SqlRecorder(AggregateRecorder):
 
     def flush(self) -> None:
         self._writer.flush()
+
+    def abandon(self, reason: str) -> None:
+        self._writer.abandon(reason)
 
     def exclusive(self, session_id: str) -> Any:
         # A claim: another owner may have written since this one last did.

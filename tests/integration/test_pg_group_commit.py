@@ -431,3 +431,31 @@ async def test_a_flush_while_an_async_builder_awaits_inside_its_snapshot_loses_n
     assert await _committed(url, session) == [deferred, after]
     await c.append("user", "and on")
     await h.close()
+
+
+async def test_a_lost_lease_rolls_the_open_batch_back_at_once_and_frees_the_session(
+    url: str, no_flush_window: None
+) -> None:
+    from tests.integration.test_leases import _open_blockable
+
+    session = f"gc-lease-{uuid.uuid4().hex[:8]}"
+    h, leases = await _open_blockable(url, session)
+    c = await h.root()
+    kept = await c.append("user", "durable")
+    await h._line.run(_append(c.id, "deferred, then the lease is lost"), defer=True)
+    assert h._line.pending
+    leases.blocked = True  # a partition: renewals hang
+    assert h.lease is not None
+    await asyncio.wait_for(h.lease.lost_event.wait(), 10)
+    # Check: the batch is gone now, not at the server's idle limit: the session's lock is
+    # free for the next owner at once, and nothing of the batch was committed.
+    with _psql(url) as conn:
+        row = conn.execute(
+            "SELECT pg_try_advisory_xact_lock(7305730, hashtext(%s))", (session,)
+        ).fetchone()
+        assert row is not None and row[0] is True
+        conn.rollback()
+    assert await _committed(url, session) == [kept]
+    with pytest.raises(pico.HandleFaultedError, match="lease lost"):
+        await c.append("user", "after")
+    await h.close()
