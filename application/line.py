@@ -252,7 +252,11 @@ class CommandLine:
             if tx.first is None or tx.last is None:
                 return result  # no mutations: nothing is committed
             self._persist(tx, defer=defer)
-            return result
+        # A save blocks the loop and an uncontended lock never suspends: without this,
+        # a task running commands in a loop would starve every other coroutine of the
+        # process (other sessions, the lease heartbeats) until it stopped.
+        await asyncio.sleep(0)
+        return result
 
     def run_sync(self, build: Callable[[Command], T]) -> T:
         """The same as ``run`` for synchronous builders, for use outside an event loop."""

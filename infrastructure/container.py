@@ -115,6 +115,7 @@ def build_storage(settings: PicoSettings) -> Storage:
         release()
         raise UnknownSessionError(f"{sid} (no pico tables in {db.location})")
     events = SqlRecorder(db)
+    events.notify_commits = events.notify_commits and settings.notify_commits
     # Leases (Harness.open(lease=...)): PostgreSQL writers only; nothing connects until used.
     leases = None
     if db.dialect == "postgresql" and not settings.read_only:

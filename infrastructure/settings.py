@@ -156,6 +156,12 @@ class PicoSettings(BaseSettings):
             such an open is refused with ``SchemaOutdatedError`` and nothing changes
             (``pico db upgrade URL`` upgrades it explicitly). A new database is always
             created, and a pre-Alembic one at the last legacy version always adopted.
+        notify_commits: PostgreSQL: every write transaction ends with a ``NOTIFY`` on
+            the session's channel, which wakes watchers in other processes at once
+            (``PICO_NOTIFY_COMMITS=0`` turns it off: they poll instead). PostgreSQL
+            serializes the commits of NOTIFYing transactions cluster-wide, so a large
+            fleet of workers whose sessions nobody watches live may turn it off
+            (docs/workers.md).
     """
 
     model_config = SettingsConfigDict(env_prefix="PICO_", extra="forbid")
@@ -165,6 +171,7 @@ class PicoSettings(BaseSettings):
     durability: str = "process"
     read_only: bool = False
     upgrade_schema: bool = False
+    notify_commits: bool = True
 
     # ``mode="before"``: the checks see the raw value, so a wrong type is a
     # ConfigurationError too (pydantic passes non-ValueError exceptions through).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import pico
@@ -51,6 +53,34 @@ async def test_ids_are_allocated_per_command_and_a_rejected_command_consumes_non
     assert await _transcript(c) == [entry]
     nxt = await c.append("user", "next")
     assert nxt == last + 1
+    await h.close()
+
+
+async def test_a_loop_of_commands_lets_the_rest_of_the_process_run_between_them(
+    backend: Backend,
+) -> None:
+    # A save blocks the event loop and an uncontended command never waits: a task that
+    # runs commands in a loop must still hand the loop over after each (another session,
+    # a lease heartbeat), or it starves the whole process until it stops.
+    h = await backend.open()
+    c = await h.root()
+    ticks: list[int] = []
+    done = False
+
+    async def other() -> None:
+        while not done:
+            ticks.append(len(ticks))
+            await asyncio.sleep(0)
+
+    beside = asyncio.ensure_future(other())
+    await asyncio.sleep(0)  # it starts
+    start = len(ticks)
+    for i in range(30):
+        await c.append("user", f"in a loop {i}")
+    done = True
+    await beside
+    # Check: the other coroutine ran between (nearly) every two commands.
+    assert len(ticks) - start >= 29
     await h.close()
 
 

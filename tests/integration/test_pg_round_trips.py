@@ -303,3 +303,23 @@ async def test_a_read_opens_its_snapshot_with_its_first_query() -> None:
         store.close()
         db.close()
         await h.close()
+
+
+async def test_commit_notifications_can_be_turned_off_for_a_fleet_nobody_watches_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = require_postgres("the round-trip tests")
+    monkeypatch.setenv("PICO_NOTIFY_COMMITS", "0")
+    h = await pico.Harness.open(url, session=f"rt-{uuid.uuid4().hex[:12]}")
+    c = await h.root()
+    for i in range(8):
+        await c.append("user", f"warm {i}")
+    with _traced(_writer_conn(h)) as messages:
+        await c.append("user", "no notify")
+    done = _completed(messages)
+    # Check: the session's lock is the only SELECT: no pg_notify before the COMMIT.
+    assert done[0] == "BEGIN" and done[-1] == "COMMIT" and done.count("SELECT 1") == 1, done
+    await h.close()
+    monkeypatch.setenv("PICO_NOTIFY_COMMITS", "sometimes")
+    with pytest.raises(pico.ConfigurationError, match="notify_commits"):
+        await pico.Harness.open(url, session=f"rt-{uuid.uuid4().hex[:12]}")
