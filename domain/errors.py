@@ -257,9 +257,11 @@ class HandleFaultedError(PicoError):
 
 
 class ClosedError(PicoError):
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, *, message: str | None = None) -> None:
         self.session_id = session_id
-        super().__init__(f"the handle on session {session_id!r} is closed; open it again")
+        super().__init__(
+            message or f"the handle on session {session_id!r} is closed; open it again"
+        )
 
 
 class ReadOnlyError(PicoError):

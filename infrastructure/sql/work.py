@@ -422,7 +422,7 @@ class Inbox:
         session is ``UnknownSessionError`` (an inbox never creates a session); a request
         key already used for a different command is ``RequestKeyConflictError``."""
         if self._closed:
-            raise ClosedError("this inbox is closed; make a new pico.Inbox(url)")
+            raise ClosedError("", message="this inbox is closed; make a new pico.Inbox(url)")
         check_choice(kind, "an inbox command", KINDS)
         if not isinstance(session, str) or not session:
             raise InvalidArgumentError(f"session must be a session name (a str), got {session!r}")
@@ -461,6 +461,8 @@ class Inbox:
         """The owner's reply: the command's value, or its error raised again (the same
         ``PicoError`` class with the owner's message). ``ReplyTimeoutError`` when no
         worker replied within ``timeout`` seconds (the command stays queued)."""
+        if self._closed:
+            raise ClosedError("", message="this inbox is closed; make a new pico.Inbox(url)")
         if not isinstance(submitted, Submitted):
             raise InvalidArgumentError(
                 f"reply needs what submit returned (a Submitted), not {type(submitted).__name__}"

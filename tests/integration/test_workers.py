@@ -318,8 +318,10 @@ async def test_an_inbox_reaches_only_existing_sessions_on_postgresql(
     assert inbox_rows(pg, start) == [] and work_rows(pg, start) == []
     closed = pico.Inbox(pg)
     await closed.close()
-    with pytest.raises(pico.ClosedError):
+    with pytest.raises(pico.ClosedError, match=r"^this inbox is closed; make a new"):
         await closed.accept(start + "nobody", "hello")
+    with pytest.raises(pico.ClosedError, match=r"^this inbox is closed"):
+        await closed.reply(pico.Submitted(1, start + "x", "k", "accept"))
     for url in (f"sqlite:///{tmp_path / 'w.db'}", "memory://", f"jsonl:///{tmp_path / 'j'}"):
         with pytest.raises(pico.ConfigurationError, match="need PostgreSQL"):
             pico.Inbox(url)
