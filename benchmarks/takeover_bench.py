@@ -34,30 +34,18 @@ import pico
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.worker_child import MARKS, read_lines  # noqa: E402
+from tests.worker_child import MARKS, read_lines, worker_argv  # noqa: E402
 
 
 def worker(url: str, prefix: str, directory: Path, args: Any, gen_sleep: float) -> Any:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pico",
-            "worker",
+        worker_argv(
             url,
-            "--setup",
-            "tests.worker_child:options",
-            "--prefix",
             prefix,
-            "--lease-ttl",
-            str(args.ttl),
-            "--renew-every",
-            str(args.renew_every),
-            "--poll-every",
-            str(args.poll_every),
-            "--idle-after",
-            "0.5",
-        ],
+            ttl=args.ttl,
+            renew_every=args.renew_every,
+            poll_every=args.poll_every,
+        ),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

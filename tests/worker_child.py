@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -125,3 +126,38 @@ def options() -> dict[str, Any]:
             pico.Tool("never", "A side effect", PARAMETERS, never, replay="never", sequential=True),
         ],
     }
+
+
+def worker_argv(
+    url: str,
+    prefix: str,
+    *,
+    ttl: float,
+    renew_every: float,
+    poll_every: float,
+    idle_after: float = 0.5,
+    concurrency: int = 8,
+) -> list[str]:
+    """The command line of a real ``pico worker`` process with these options (the crash
+    campaign's and the takeover benchmark's)."""
+    return [
+        sys.executable,
+        "-m",
+        "pico",
+        "worker",
+        url,
+        "--setup",
+        "tests.worker_child:options",
+        "--prefix",
+        prefix,
+        "--lease-ttl",
+        str(ttl),
+        "--renew-every",
+        str(renew_every),
+        "--idle-after",
+        str(idle_after),
+        "--poll-every",
+        str(poll_every),
+        "--concurrency",
+        str(concurrency),
+    ]

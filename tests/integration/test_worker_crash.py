@@ -21,7 +21,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ import pytest
 import pico
 from tests.backends import require_postgres
 from tests.processes import ROOT
-from tests.worker_child import MARKS, NEVER, read_lines
+from tests.worker_child import MARKS, NEVER, read_lines, worker_argv
 
 TTL, RENEW = 2.0, 0.5
 #: What completing a taken-over session may take beyond the ttl on a loaded 2-core box:
@@ -53,27 +52,9 @@ def spawn_worker(url: str, prefix: str, directory: Path, *, concurrency: int = 4
     """A real ``pico worker`` process driving the sessions starting with ``prefix``."""
     log = open(directory / f"worker-{uuid.uuid4().hex[:6]}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pico",
-            "worker",
-            url,
-            "--setup",
-            "tests.worker_child:options",
-            "--prefix",
-            prefix,
-            "--lease-ttl",
-            str(TTL),
-            "--renew-every",
-            str(RENEW),
-            "--idle-after",
-            "0.5",
-            "--poll-every",
-            "0.25",
-            "--concurrency",
-            str(concurrency),
-        ],
+        worker_argv(
+            url, prefix, ttl=TTL, renew_every=RENEW, poll_every=0.25, concurrency=concurrency
+        ),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=log,
