@@ -61,6 +61,7 @@ import pico
 from benchmarks.pg_commands_bench import TEXT, _cpu, _turn_harness_args
 from pico.application.model import ToolResultPart
 from pico.domain.task import Role
+from tests.worker_child import worker_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
@@ -297,24 +298,15 @@ def start_workers(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PGAPPNAME": f"wbench-{prefix}"}
     workers = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pico",
-                "worker",
+            worker_argv(
                 url,
-                "--setup",
-                setup,
-                "--prefix",
                 prefix,
-                "--concurrency",
-                str(concurrency),
-                "--idle-after",
-                "5",
-                "--poll-every",
-                "1",
-                "--verbose",  # each session taken and released, each lease lost
-            ],
+                setup=setup,
+                concurrency=concurrency,
+                idle_after=5,
+                poll_every=1,
+                extra=("--verbose",),  # each session taken and released, each lease lost
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -132,14 +132,20 @@ def worker_argv(
     url: str,
     prefix: str,
     *,
-    ttl: float,
-    renew_every: float,
     poll_every: float,
+    ttl: float | None = None,
+    renew_every: float | None = None,
     idle_after: float = 0.5,
     concurrency: int = 8,
+    setup: str = "tests.worker_child:options",
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """The command line of a real ``pico worker`` process with these options (the crash
-    campaign's and the takeover benchmark's)."""
+    campaign's, the takeover and the worker benchmarks'); a lease option left None is
+    the command's default."""
+    lease = [] if ttl is None else ["--lease-ttl", str(ttl)]
+    if renew_every is not None:
+        lease += ["--renew-every", str(renew_every)]
     return [
         sys.executable,
         "-m",
@@ -147,17 +153,15 @@ def worker_argv(
         "worker",
         url,
         "--setup",
-        "tests.worker_child:options",
+        setup,
         "--prefix",
         prefix,
-        "--lease-ttl",
-        str(ttl),
-        "--renew-every",
-        str(renew_every),
+        *lease,
         "--idle-after",
         str(idle_after),
         "--poll-every",
         str(poll_every),
         "--concurrency",
         str(concurrency),
+        *extra,
     ]

@@ -290,11 +290,16 @@ class SqlDatabase:
     def raw_writer(self) -> RawWriter:
         return RawWriter(self)
 
-    def flush_pending(self, *, but: RawWriter | None = None) -> None:
-        """Commit every deferred batch of this process's writers (on their own thread)."""
+    def flush_pending(self, *, but: RawWriter | None = None, session: str | None = None) -> None:
+        """Commit every deferred batch of this process's writers (on their own thread);
+        with ``session``, only those of that session's other handles."""
         here = threading.get_ident()
         for writer in list(self.pending):
-            if writer is not but and writer.thread == here:
+            if (
+                writer is not but
+                and writer.thread == here
+                and (session is None or writer.lock_key == session)
+            ):
                 try:
                     writer.flush()
                 except Exception:  # recorded on that writer: its own session faults on it
@@ -605,7 +610,9 @@ class RawWriter:
                 if self.pending and conn.info.transaction_status != _PG_INTRANS:
                     raise RuntimeError(f"the open batch on {self.db.location} was aborted")
                 if not held and not self.pending and self.lock_key is not None:
-                    self._flush_same_session()
+                    # Another handle of this session in this process (a stale owner's)
+                    # may hold its lock in an open batch only this thread can commit.
+                    self.db.flush_pending(but=self, session=self.lock_key)
                 with conn.pipeline():
                     if not held and not self.pending:
                         cur.execute(_BEGIN)
@@ -648,18 +655,6 @@ class RawWriter:
             raise
         finally:
             cur.close()
-
-    def _flush_same_session(self) -> None:
-        """Commit the open batch of another handle of this session in this process (a
-        stale owner's, say) before waiting for the session's lock: it holds that lock and
-        could only be committed by this thread, which would be the one waiting."""
-        here = threading.get_ident()
-        for writer in list(self.db.pending):
-            if writer is not self and writer.lock_key == self.lock_key and writer.thread == here:
-                try:
-                    writer.flush()
-                except Exception:  # recorded on that writer: its own handle faults on it
-                    log.warning("group commit of another handle failed", exc_info=True)
 
     def abandon(self, reason: str) -> None:
         """The owner faulted (its lease lost, say): an open deferred batch must never
