@@ -7,10 +7,10 @@ Twelve sessions each run one agent turn (``tests/worker_child.py``: a generation
 external append-only file, the answer). Three workers drive them; when the first of them
 reaches the step under test (a generation, the safe tool, the never tool, the answer) it
 is killed. Then: every session completes within the ttl plus a bound; every reply an
-inbox got is in durable state; no never-tool ran twice for one call and the interrupted
-one was not re-run (its result is the interruption error); every write between two
-claims came from the claimant, and the successor claimed only after the dead owner's
-lease expired on the database's clock.
+inbox got is in durable state; no never-tool ran twice for one call and an interrupted
+one (its start committed, its body perhaps run) was not re-run: its result is the
+interruption error; every write between two claims came from the claimant, and the
+successor claimed only after the dead owner's lease expired on the database's clock.
 """
 
 from __future__ import annotations
@@ -213,9 +213,16 @@ async def test_a_worker_killed_mid_turn_loses_no_session_and_runs_no_never_tool_
                     f"expired at {held[sid]}"
                 )
             assert after
-        # Exactly one invocation per session: an interrupted one is not re-run.
-        assert len(ran) == 1, (sid, ran)
-        if ran[0] in victim_ran and f"never by pid {victim}" not in results[0]:
+        # At most one invocation per session: an interrupted one is not re-run.
+        assert len(ran) <= 1, (sid, ran)
+        if not ran:
+            # Killed after its start was committed but before its body ran (another
+            # session's never-tool was the kill's trigger): the start is durable, so the
+            # successor may not run it and records the interruption error instead.
+            assert sid in held, f"{sid}: the never-tool never ran, yet the victim held it not"
+            assert INTERRUPTED in results[0] and '"is_error":true' in results[0], results[0]
+            interrupted += 1
+        elif ran[0] in victim_ran and f"never by pid {victim}" not in results[0]:
             # Killed inside its never-tool (after the effect): the successor recorded
             # the interruption error instead of running it again.
             assert INTERRUPTED in results[0] and '"is_error":true' in results[0], results[0]
