@@ -112,13 +112,33 @@ class Request:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens one request used, as the provider reported them. ``input_tokens`` counts
+    every prompt token (cached ones included); ``cache_read_tokens`` and
+    ``cache_write_tokens`` say how many of them a prompt cache served or stored, where the
+    API reports it (0: not reported or none)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
+
+    def as_json(self) -> JsonObject:
+        """The stored shape: input and output always; cache counts only when reported,
+        so a provider without a cache stores what it stored before they existed."""
+        out: JsonObject = {"input": self.input_tokens, "output": self.output_tokens}
+        if self.cache_read_tokens:
+            out["cache_read"] = self.cache_read_tokens
+        if self.cache_write_tokens:
+            out["cache_write"] = self.cache_write_tokens
+        return out
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pico.application.model import (
     Usage,
 )
 from pico.application.tasks import TaskExecution
-from pico.domain.json import JsonValue
+from pico.domain.json import JsonObject, JsonValue
 
 __all__ = ["FRAME_CHARS", "add_usage", "stream_response"]
 
@@ -78,13 +78,17 @@ async def stream_response(
 
 
 def add_usage(previous: JsonValue, usage: Usage | None) -> JsonValue:
-    """Accumulate known usage; unknown (None) adds nothing and is not zero."""
+    """Accumulate known usage; unknown (None) adds nothing and is not zero. Cache counts
+    appear once some attempt reported them."""
     if usage is None:
         return previous
     base = previous if isinstance(previous, dict) else {}
-    total_in = base.get("input", 0)
-    total_out = base.get("output", 0)
-    return {
-        "input": (total_in if isinstance(total_in, int) else 0) + usage.input_tokens,
-        "output": (total_out if isinstance(total_out, int) else 0) + usage.output_tokens,
-    }
+    reported = usage.as_json()
+    total: JsonObject = {}
+    for key in ("input", "output", "cache_read", "cache_write"):
+        if key in reported or key in base:
+            before, now = base.get(key, 0), reported.get(key, 0)
+            total[key] = (before if isinstance(before, int) else 0) + (
+                now if isinstance(now, int) else 0
+            )
+    return total

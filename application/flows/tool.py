@@ -412,11 +412,7 @@ def _stored_call(task: TaskSnapshot, state: dict[str, JsonValue]) -> ToolCall:
 
 def _control(outcome: ToolOutcome) -> JsonObject:
     """What the join and the audit need from a tool run."""
-    usage: JsonValue = (
-        None
-        if outcome.usage is None
-        else {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens}
-    )
+    usage: JsonValue = None if outcome.usage is None else outcome.usage.as_json()
     return {
         "terminate": outcome.terminate,
         "handoff": outcome.handoff,
