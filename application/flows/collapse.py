@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from pico.application.command import Command
-from pico.application.flows.common import AgentServices, closed_exchanges, task_state
+from pico.application.flows.common import (
+    AgentServices,
+    captured_options,
+    closed_exchanges,
+    request_options,
+    task_state,
+)
 from pico.application.flows.streaming import add_usage, stream_response
 from pico.application.model import Message, ProviderError, Request, Response, TextPart
 from pico.application.scheduler import Execution
@@ -111,6 +117,7 @@ class CollapseDefinition(TaskDefinition):
             model=str(state.get("model") or self.services.model),
             system=self.services.system,
             messages=(*messages, Message("user", (TextPart(ask),))),
+            settings=captured_options(state),
         )
         try:
             outcome = await stream_response(
@@ -281,13 +288,11 @@ def start_collapse(
     ).items
     if live:
         return live[0].id
-    return tx.create_task(
-        conversation_id,
-        "collapse",
-        foreground=True,
-        state={
-            "instructions": instructions,
-            "model": services.model,
-            "max_attempts": services.max_attempts,  # the retry budget, captured (§8.5)
-        },
-    )
+    state: dict[str, JsonValue] = {
+        "instructions": instructions,
+        "model": services.model,
+        "max_attempts": services.max_attempts,  # the retry budget, captured (§8.5)
+    }
+    if options := request_options(services.provider):
+        state["options"] = options  # the request options, captured like the model (§8.3)
+    return tx.create_task(conversation_id, "collapse", foreground=True, state=state)

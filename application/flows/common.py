@@ -14,7 +14,7 @@ from pico.application.hooks import Hooks
 from pico.application.model import ModelProvider
 from pico.application.projection import Projection, ProjectionCache
 from pico.application.tools import ToolRegistry
-from pico.domain.json import JsonValue
+from pico.domain.json import JsonObject, JsonValue, strict_json
 from pico.domain.values import Entry, TaskSnapshot
 
 if TYPE_CHECKING:
@@ -55,6 +55,24 @@ class AgentServices:
     context_budget: int | None = None  # estimated tokens; over it, collapse before a request
     tool_execution: str = "parallel"  # or "sequential": each call after the one before (§5.4)
     jobs: JobServices | None = None  # the process host and log directory (job delegations)
+
+
+def request_options(provider: ModelProvider) -> JsonObject:
+    """The request options a provider sends (``provider.request_options()``: sampling
+    settings such as ``{"temperature": 0.2, "max_tokens": 1024}``; ``{}`` without the
+    method). A generation captures them when it is created, so a retry or a resumed
+    generation sends what the first attempt sent (§8.3); never secrets."""
+    method = getattr(provider, "request_options", None)
+    options = strict_json(method() if callable(method) else {}, what="provider request_options()")
+    if not isinstance(options, dict):
+        raise TypeError("provider request_options() must return a JSON object")
+    return options
+
+
+def captured_options(state: Mapping[str, JsonValue]) -> JsonObject:
+    """The request options a generation or collapse captured ({} before they existed)."""
+    options = state.get("options")
+    return dict(options) if isinstance(options, dict) else {}
 
 
 def ints(value: JsonValue) -> list[int]:

@@ -25,7 +25,15 @@ from collections.abc import Sequence
 
 from pico.application.command import Command
 from pico.application.flows.collapse import start_collapse
-from pico.application.flows.common import AgentServices, ints, json_list, names, task_state
+from pico.application.flows.common import (
+    AgentServices,
+    captured_options,
+    ints,
+    json_list,
+    names,
+    request_options,
+    task_state,
+)
 from pico.application.flows.inputs import place, queued, set_results
 from pico.application.flows.owner import cancel_input_group, settle_owner
 from pico.application.flows.streaming import add_usage, stream_response
@@ -91,6 +99,7 @@ class GenerationDefinition(TaskDefinition):
                 )
             ),
             tools=self.services.tools.specs(str(t) for t in names(state.get("tools"))),
+            settings=captured_options(state),
         )
         if await self._needs_collapse(task, ctx, state, request):
             return  # the generation now waits for its captured collapse
@@ -437,15 +446,19 @@ def generation_state(
     parent: dict[str, JsonValue] | None = None,
 ) -> dict[str, JsonValue]:
     """A generation's creation state: inputs, offered tools and the captured model and retry
-    budget (§8.3), inherited along one exchange."""
+    budget and the provider's request options (§8.3), inherited along one exchange."""
     parent = parent or {}
-    return {
+    state: dict[str, JsonValue] = {
         "inputs": json_list(inputs),
         "tools": json_list(tools),
         "model": parent.get("model") or services.model,
         "max_attempts": parent.get("max_attempts") or services.max_attempts,
         "tool_execution": parent.get("tool_execution") or services.tool_execution,
     }
+    options = parent.get("options") or request_options(services.provider)
+    if options:  # absent for a provider without request options: the shape stays as it was
+        state["options"] = options
+    return state
 
 
 def tool_dependencies(sequential: Sequence[bool]) -> list[list[int]]:
