@@ -54,9 +54,14 @@ class ThinkingPart:
 
 @dataclass(frozen=True)
 class ToolCallPart:
+    """A tool call. ``unusable`` is set (with ``arguments`` empty) when a provider got
+    arguments it could not read as a JSON object (a stream cut inside them, invalid JSON):
+    the call is recorded and answered with an error result, never invoked (§8.3)."""
+
     id: str
     name: str
     arguments: JsonObject
+    unusable: str = ""
 
 
 @dataclass(frozen=True)

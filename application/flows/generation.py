@@ -45,6 +45,7 @@ from pico.application.model import (
     Response,
     TextPart,
     ThinkingPart,
+    ToolCallPart,
     ToolResultPart,
     estimate_tokens,
 )
@@ -221,9 +222,7 @@ class GenerationDefinition(TaskDefinition):
             if tx.abort_marked(task.id) is not False:
                 return  # cancellation won: no normal successor (§6.4)
             if calls:
-                content["tool_calls"] = [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
-                ]
+                content["tool_calls"] = [_call_json(c) for c in calls]
                 entry = tx.append_entry(
                     cid,
                     "assistant",
@@ -248,6 +247,7 @@ class GenerationDefinition(TaskDefinition):
                                 "offered": json_list(offered),
                                 # A call cut off by max_tokens may be unusable: never run it.
                                 "truncated": outcome.stop_reason == "max_tokens",
+                                **({"unusable": c.unusable} if c.unusable else {}),
                             },
                         )
                     )
@@ -437,6 +437,14 @@ class GenerationDefinition(TaskDefinition):
             tx.retire_working_scope(ctx.working_scope)
 
         await ctx.command(cancel)
+
+
+def _call_json(call: ToolCallPart) -> JsonValue:
+    """A tool call as the assistant entry stores it (an unusable one says why)."""
+    out: dict[str, JsonValue] = {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if call.unusable:
+        out["unusable"] = call.unusable
+    return out
 
 
 def generation_state(

@@ -98,6 +98,16 @@ class ToolTaskDefinition(TaskDefinition):
                 is_error=True,
             )
             return
+        if state.get("unusable"):
+            await self._result(
+                task,
+                ctx,
+                state,
+                f"the model's arguments for this call could not be used ({state['unusable']});"
+                " it was not run",
+                is_error=True,
+            )
+            return
         if self.services.tools.get(name) is None and name in names(state.get("offered")):
             # The resume gate's tools class: the tool set changed since the call was made.
             await self._result(task, ctx, state, no_longer_offered(name), is_error=True)

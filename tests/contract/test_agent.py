@@ -437,6 +437,46 @@ async def test_calls_from_a_truncated_response_get_error_results_without_running
     await h.close()
 
 
+class _UnusableCallProvider(FauxProvider):
+    """Answers its first request with a call whose arguments a real adapter could not
+    read (a stream cut inside them), then follows its script."""
+
+    async def stream(self, request: pico.Request) -> Any:
+        if self.request_count == 0:
+            self.request_count += 1
+            self.requests.append(request)
+            call = pico.ToolCallPart("c1", "read", {}, unusable='invalid JSON: {"path": "a.')
+            yield pico.Done(pico.Response(pico.Message("assistant", (call,)), "tool_use", None))
+            return
+        async for event in super().stream(request):
+            yield event
+
+
+async def test_a_call_with_unusable_arguments_gets_an_error_result_without_running(
+    backend: Backend,
+) -> None:
+    invoked: list[str] = []
+    provider = _UnusableCallProvider(["I will send valid arguments next time."])
+    h = await _open(backend, provider, invoked)
+    c = await h.root()
+    _, result = await _bounded(c.prompt("read a.py"))
+    assert result is not None and result.status == "done" and invoked == []
+    (tool_entry,) = (await c.entries(kind="tool")).items
+    assert _get(tool_entry.content, "is_error") is True
+    assert "could not be used (invalid JSON" in str(_get(tool_entry.content, "content"))
+    (call_entry,) = [
+        e for e in (await c.entries(kind="assistant")).items if "tool_calls" in str(e.content)
+    ]
+    stored: Any = _get(call_entry.content, "tool_calls")
+    assert str(stored[0]["unusable"]).startswith("invalid JSON")
+    # The model saw the error result as the call's answer.
+    (answer,) = [
+        p for p in provider.requests[-1].messages[-1].parts if isinstance(p, pico.ToolResultPart)
+    ]
+    assert answer.call_id == "c1" and answer.is_error
+    await h.close()
+
+
 async def test_initial_root_values_are_set_only_for_empty_storage(backend: Backend) -> None:
     model = pico.conversation_value("agent.model", str, rewind=False)
     name = pico.session_value("app.name", str)
