@@ -46,6 +46,7 @@ from pico.application.state import (
     WorkingValue,
 )
 from pico.application.tasks import TaskDefinition, TaskRegistry
+from pico.application.telemetry import Telemetry
 from pico.application.tools import Tool, ToolRegistry
 from pico.application.watch import PREVIEW_LISTS, Listener, WatchHub, WatchStream
 from pico.domain.errors import (
@@ -132,6 +133,7 @@ class Harness:
         host: ProcessHost | None = None,
         job_directory: str | None = None,
         lease: Lease | None = None,
+        telemetry: Telemetry | None = None,
     ) -> Harness:
         """Open (or create) a session.
 
@@ -182,6 +184,8 @@ class Harness:
                 and writes nothing; a lease not renewed by its local deadline faults the
                 handle before the database lets another worker take it; released by
                 ``close``. Without it (the default) nothing changes.
+            telemetry: where spans go (``pico.Telemetry(tracer=...)``; docs/telemetry.md);
+                default: the global OpenTelemetry tracer provider (nothing without an SDK).
 
         Raises ``InvalidArgumentError`` (an unknown ``tool_execution``; nothing opened),
         ``InvalidArgumentError`` (``max_attempts`` not an int of at least 1, ``retry_delay``
@@ -248,6 +252,11 @@ class Harness:
             if isinstance(storage, str) and not storage.startswith(_LEASE_SCHEMES):
                 raise ConfigurationError(_NO_LEASES.format(where=storage.split("://")[0]))
         clock = clock or SystemClock()  # one clock for the scheduler and every flow
+        if telemetry is not None and not isinstance(telemetry, Telemetry):
+            raise InvalidArgumentError(
+                f"telemetry must be a pico.Telemetry(tracer=...), not {type(telemetry).__name__}"
+            )
+        telemetry = telemetry or Telemetry()
         own = set(registry.kinds())
         jobs: JobServices | None = None
         if "job" not in own:
@@ -268,6 +277,7 @@ class Harness:
                 retry_delay=float(retry_delay),
                 context_budget=context_budget,
                 jobs=jobs,
+                telemetry=telemetry,
             )
             for definition in agent_definitions(services):
                 registry.register(definition)
@@ -308,6 +318,7 @@ class Harness:
                 definitions=registry,
                 gate=None if gate is None else gate.check,
             )
+            line.telemetry = telemetry
             harness = cls(line, clock)
             if heartbeat is not None:
                 harness._hold(heartbeat)

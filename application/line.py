@@ -23,6 +23,7 @@ from pico.application.command import Command, WorkingCommand
 from pico.application.ports import Storage
 from pico.application.state import WorkingScope
 from pico.application.tasks import TaskRegistry
+from pico.application.telemetry import Telemetry
 from pico.domain.conversation import Conversation
 from pico.domain.errors import (
     ClaimContendedError,
@@ -89,6 +90,8 @@ class CommandLine:
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
         self._flush_timer: asyncio.TimerHandle | None = None
+        # One span per command (application/telemetry.py); the harness sets its own.
+        self.telemetry = Telemetry()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -233,25 +236,26 @@ class CommandLine:
         loses it together with every later command, never alone (batches are prefixes).
         Commands that precede an effect (a provider call, a tool run) or answer a caller
         must not defer."""
-        async with self._lock:
-            self.check_usable(write=True)
-            tx = self._building = Command(self, working=working)
-            tx.task = task
-            try:
-                # Every read of the builder sees one committed snapshot (§7.3).
-                with self.storage.snapshot():
-                    result = build(WorkingCommand(tx) if working is not None else tx)
-                    if inspect.isawaitable(result):
-                        result = await result
-            except BaseException:
-                self._discard(tx)
-                raise
-            finally:
-                self._building = None
-                tx.seal()
-            if tx.first is None or tx.last is None:
-                return result  # no mutations: nothing is committed
-            self._persist(tx, defer=defer)
+        with self.telemetry.command(self.session_id) as span:
+            async with self._lock:
+                self.check_usable(write=True)
+                tx = self._building = Command(self, working=working)
+                tx.task = task
+                try:
+                    # Every read of the builder sees one committed snapshot (§7.3).
+                    with self.storage.snapshot():
+                        result = build(WorkingCommand(tx) if working is not None else tx)
+                        if inspect.isawaitable(result):
+                            result = await result
+                except BaseException:
+                    self._discard(tx)
+                    raise
+                finally:
+                    self._building = None
+                    tx.seal()
+                if tx.first is None or tx.last is None:
+                    return result  # no mutations: nothing is committed
+                self._persist(tx, defer=defer, span=span if span.is_recording() else None)
         # A save blocks the loop and an uncontended lock never suspends: without this,
         # a task running commands in a loop would starve every other coroutine of the
         # process (other sessions, the lease heartbeats) until it stopped.
@@ -281,7 +285,7 @@ class CommandLine:
         for tid in tx.touched_tasks:
             self._task_cache.pop(tid, None)
 
-    def _persist(self, tx: Command, *, defer: bool = False) -> None:
+    def _persist(self, tx: Command, *, defer: bool = False, span: Any = None) -> None:
         assert tx.first is not None and tx.last is not None
         scope = MAIN if tx.working is None else tx.working.scope_id
         try:
@@ -300,6 +304,8 @@ class CommandLine:
         ]
         saved = self.on_saved
         events = [e for a in aggregates for e in a.pending_events] if saved is not None else []
+        if span is not None:  # a recording command span: the batch it commits
+            self.telemetry.committed(span, tx, sum(len(a.pending_events) for a in aggregates))
         try:
             self.storage.save(aggregates, working=tx.working_writes, defer=defer)
         except StaleWriterError:

@@ -13,6 +13,7 @@ from pico.application.clock import Clock, SystemClock
 from pico.application.hooks import Hooks
 from pico.application.model import ModelProvider
 from pico.application.projection import Projection, ProjectionCache
+from pico.application.telemetry import Telemetry
 from pico.application.tools import ToolRegistry
 from pico.domain.json import JsonObject, JsonValue, strict_json
 from pico.domain.values import Entry, TaskSnapshot
@@ -55,6 +56,7 @@ class AgentServices:
     context_budget: int | None = None  # estimated tokens; over it, collapse before a request
     tool_execution: str = "parallel"  # or "sequential": each call after the one before (§5.4)
     jobs: JobServices | None = None  # the process host and log directory (job delegations)
+    telemetry: Telemetry = field(default_factory=Telemetry)  # provider and tool spans
 
 
 def request_options(provider: ModelProvider) -> JsonObject:
