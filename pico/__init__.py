@@ -70,6 +70,7 @@ from pico.application.state import (
     working_value,
 )
 from pico.application.tasks import TaskDefinition, TaskExecution, TaskRegistry
+from pico.application.telemetry import Telemetry
 from pico.application.tools import (
     JobDelegation,
     Tool,
@@ -145,7 +146,7 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
-from pico.infrastructure.container import open_storage
+from pico.infrastructure.container import Container, open_storage
 from pico.infrastructure.host import PosixProcessHost
 from pico.infrastructure.migrate import MigrationReport, migrate
 from pico.infrastructure.replay import RebuildReport, ReplayReport, TableDiff, rebuild, replay
@@ -177,6 +178,7 @@ __all__ = [
     "CommitBoundary",
     "ConfigurationError",
     "ConfigurationMismatchError",
+    "Container",
     "ContextEditError",
     "ConversationCommand",
     "ConversationDeletedError",
@@ -266,6 +268,7 @@ __all__ = [
     "TaskGraphError",
     "TaskRegistry",
     "TaskSnapshot",
+    "Telemetry",
     "TerminalTaskError",
     "TextDelta",
     "TextPart",
