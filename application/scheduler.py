@@ -550,6 +550,28 @@ class Scheduler:
         claim.job = asyncio.ensure_future(self._run(task, claim))
 
     async def _run(self, task: TaskSnapshot, claim: _Claim) -> None:
+        """One execution in its span (telemetry.py): its commands, model requests and tool
+        calls nest in it (this asyncio task's context)."""
+        telemetry = self.line.telemetry
+        with telemetry.task(task, claim.mode) as span:
+            before = self.error
+            await self._execute(task, claim)
+            if span.is_recording():
+                failed = self.error if self.error is not before else None
+                telemetry.ended(span, self._status(task.id), failed)
+
+    def _status(self, task_id: int) -> str | None:
+        """The task's status as last committed (for a span; None when unreadable)."""
+        cached = self.line.cached_task(task_id)
+        if cached is not None:
+            return cached.status
+        try:
+            found = self.line.storage.tasks.get_tasks([task_id]).get(task_id)
+        except Exception:  # a closed or faulted storage: the span says nothing
+            return None
+        return None if found is None else found.status
+
+    async def _execute(self, task: TaskSnapshot, claim: _Claim) -> None:
         definition = self.line.definitions.get(task.kind)
         try:
             ctx = Execution(self, task, claim)

@@ -125,6 +125,7 @@ class CollapseDefinition(TaskDefinition):
                 request,
                 ctx,
                 working_list("pico.frames", str, scope=ctx.working_scope),
+                self.services.telemetry,
             )
         except ProviderError as error:
             failed = {

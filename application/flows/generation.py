@@ -126,7 +126,9 @@ class GenerationDefinition(TaskDefinition):
                 return  # re-check after the hook: an abort suppresses the request
         frames = working_list("pico.frames", str, scope=ctx.working_scope)
         try:
-            outcome = await stream_response(self.services.provider, request, ctx, frames)
+            outcome = await stream_response(
+                self.services.provider, request, ctx, frames, self.services.telemetry
+            )
         except ProviderError as error:
             await self._failed_attempt(task, ctx, state, error)
             return

@@ -20,6 +20,7 @@ from pico.application.model import (
     Usage,
 )
 from pico.application.tasks import TaskExecution
+from pico.application.telemetry import Telemetry
 from pico.domain.json import JsonObject, JsonValue
 
 __all__ = ["FRAME_CHARS", "add_usage", "stream_response"]
@@ -31,14 +32,24 @@ FRAME_CHARS = 512
 
 
 async def stream_response(
-    provider: ModelProvider, request: Request, ctx: TaskExecution, frames: Any
+    provider: ModelProvider,
+    request: Request,
+    ctx: TaskExecution,
+    frames: Any,
+    telemetry: Telemetry | None = None,
 ) -> Response | Deferred | None:
     """Consume one provider stream, writing frames to the working scope, racing the
     execution's stop signal: an abort stops streaming at once (None). Frames are buffered:
     a frame of ``FRAME_CHARS`` is written (awaited) as soon as it fills; the rest is
-    superseded by the settlement, which carries the whole message."""
+    superseded by the settlement, which carries the whole message. The request is one
+    ``chat {model}`` span of ``telemetry`` (telemetry.py)."""
     if ctx.signal.is_set():
         return None
+    if telemetry is not None:
+        with telemetry.request(provider, request) as span:
+            outcome = await stream_response(provider, request, ctx, frames)
+            telemetry.responded(span, outcome)
+            return outcome
     events = provider.stream(request).__aiter__()
 
     async def consume() -> Response | Deferred:

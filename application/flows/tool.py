@@ -143,7 +143,10 @@ class ToolTaskDefinition(TaskDefinition):
             await ctx.working(append_frame(frames, text))
 
         tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
-        outcome = await tool.run(args, tool_ctx)
+        telemetry = self.services.telemetry
+        with telemetry.tool(name, call.call_id) as span:
+            outcome = await tool.run(args, tool_ctx)
+            telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())
         if outcome.delegation is not None:  # the call continues as a subagent (§5.5)
             await self._delegate(task, ctx, running, outcome.delegation)
             return
@@ -389,10 +392,15 @@ class ToolTaskDefinition(TaskDefinition):
             message = no_longer_offered(str(state.get("name")))
             await self._result(task, ctx, state, message, is_error=True)
             return
-        outcome = await tool.run(
-            state.get("arguments"),
-            ToolContext(call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal),
-        )
+        telemetry = self.services.telemetry
+        with telemetry.tool(tool.name, str(state.get("call_id"))) as span:  # a replay
+            outcome = await tool.run(
+                state.get("arguments"),
+                ToolContext(
+                    call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal
+                ),
+            )
+            telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())
         # A replayed run's result passes the result hooks like the first run's would have.
         await self._processed(task, ctx, state, _stored_call(task, state), outcome)
 
