@@ -21,6 +21,7 @@ from features.steps.library import *  # noqa: F403  (pytest-bdd finds steps as f
 from features.steps.library import World
 from features.steps.migration import *  # noqa: F403
 from features.steps.opening import *  # noqa: F403
+from features.steps.providers import *  # noqa: F403
 from features.steps.recurrence import *  # noqa: F403
 from features.steps.resume_gate import *  # noqa: F403
 from features.steps.rewind import *  # noqa: F403
@@ -28,6 +29,7 @@ from features.steps.schema_upgrades import *  # noqa: F403
 from features.steps.shutdown import *  # noqa: F403
 from features.steps.subagents import *  # noqa: F403
 from features.steps.tamper import *  # noqa: F403
+from features.steps.telemetry import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
 from features.steps.watch import *  # noqa: F403
 from features.steps.workers import *  # noqa: F403
