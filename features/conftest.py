@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from features.steps.anthropic import *  # noqa: F403
 from features.steps.approvals import *  # noqa: F403
 from features.steps.audit_export import *  # noqa: F403
 from features.steps.bad_input import *  # noqa: F403
