@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -68,14 +69,23 @@ class Telemetry:
     def __init__(self, tracer: trace.Tracer | None = None) -> None:
         self.tracer = tracer if tracer is not None else trace.get_tracer("pico", _version())
 
+    def _scope(self, span: Span, *, errors: bool = True) -> AbstractContextManager[Span]:
+        """Make ``span`` current until the block ends, then end it. Without an SDK the API
+        hands back an invalid, non-recording span: it is not made current at all (nothing
+        can record under it), so a harness without tracing pays a span's creation only."""
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return _Idle(span)
+        return trace.use_span(
+            span, end_on_exit=True, record_exception=errors, set_status_on_exception=errors
+        )
+
     # ------------------------------------------------------------------ commands
-    @contextmanager
-    def command(self, session_id: str) -> Iterator[Span]:
+    def command(self, session_id: str) -> AbstractContextManager[Span]:
         """A span for one command (``pico.command``); ``committed`` fills in the batch."""
-        with self.tracer.start_as_current_span("pico.command") as span:
-            if span.is_recording():
-                span.set_attribute("pico.session.id", session_id)
-            yield span
+        span = self.tracer.start_span("pico.command")
+        if span.is_recording():
+            span.set_attribute("pico.session.id", session_id)
+        return self._scope(span)
 
     @staticmethod
     def committed(span: Span, tx: Any, events: int) -> None:
@@ -97,22 +107,21 @@ class Telemetry:
         span.set_attributes(attributes)
 
     # ------------------------------------------------------------------ task executions
-    @contextmanager
-    def task(self, task: TaskSnapshot, mode: str) -> Iterator[Span]:
+    def task(self, task: TaskSnapshot, mode: str) -> AbstractContextManager[Span]:
         """A span for one execution of a task (``pico.task {kind}``): the status it started
         from; ``ended`` records the status it left the task in."""
-        with self.tracer.start_as_current_span(f"pico.task {task.kind}") as span:
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        "pico.task.id": task.id,
-                        "pico.task.kind": task.kind,
-                        "pico.task.mode": mode,
-                        "pico.task.status.from": task.status,
-                        "pico.conversation.id": task.conversation_id,
-                    }
-                )
-            yield span
+        span = self.tracer.start_span(f"pico.task {task.kind}")
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "pico.task.id": task.id,
+                    "pico.task.kind": task.kind,
+                    "pico.task.mode": mode,
+                    "pico.task.status.from": task.status,
+                    "pico.conversation.id": task.conversation_id,
+                }
+            )
+        return self._scope(span)
 
     @staticmethod
     def ended(span: Span, status: str | None, failure: BaseException | None) -> None:
@@ -127,42 +136,21 @@ class Telemetry:
             span.set_status(Status(StatusCode.ERROR, "the task failed"))
 
     # ------------------------------------------------------------------ provider requests
-    @contextmanager
-    def request(self, provider: ModelProvider, request: Request) -> Iterator[Span]:
+    def request(self, provider: ModelProvider, request: Request) -> AbstractContextManager[Span]:
         """A span for one model request (``chat {model}``, GenAI conventions). A
         ``ProviderError`` is recorded with its class (``error.type``, ``pico.retry.class``)
         and known usage, and re-raised."""
-        with self.tracer.start_as_current_span(
-            f"chat {request.model}",
-            kind=SpanKind.CLIENT,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            recording = span.is_recording()
-            if recording:
-                span.set_attributes(
-                    {
-                        GEN_AI_OPERATION_NAME: "chat",
-                        GEN_AI_PROVIDER_NAME: provider_name(provider),
-                        GEN_AI_REQUEST_MODEL: request.model,
-                    }
-                )
-            try:
-                yield span
-            except ProviderError as exc:
-                if recording:
-                    span.set_attributes(
-                        {ERROR_TYPE: f"pico.{exc.kind}", "pico.retry.class": exc.kind}
-                    )
-                    _usage(span, exc.usage)
-                    span.set_status(Status(StatusCode.ERROR, str(exc)))
-                raise
-            except Exception as exc:
-                if recording:
-                    span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
-                    span.record_exception(exc)
-                    span.set_status(Status(StatusCode.ERROR, str(exc)))
-                raise
+        span = self.tracer.start_span(f"chat {request.model}", kind=SpanKind.CLIENT)
+        if not span.is_recording():
+            return self._scope(span)
+        span.set_attributes(
+            {
+                GEN_AI_OPERATION_NAME: "chat",
+                GEN_AI_PROVIDER_NAME: provider_name(provider),
+                GEN_AI_REQUEST_MODEL: request.model,
+            }
+        )
+        return _requesting(self._scope(span, errors=False), span)
 
     @staticmethod
     def responded(span: Span, outcome: Response | Deferred | None) -> None:
@@ -179,21 +167,18 @@ class Telemetry:
             _usage(span, outcome.usage)
 
     # ------------------------------------------------------------------ tool calls
-    @contextmanager
-    def tool(self, name: str, call_id: str) -> Iterator[Span]:
+    def tool(self, name: str, call_id: str) -> AbstractContextManager[Span]:
         """A span for one tool invocation (``execute_tool {name}``, GenAI conventions)."""
-        with self.tracer.start_as_current_span(
-            f"execute_tool {name}", kind=SpanKind.INTERNAL
-        ) as span:
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        GEN_AI_OPERATION_NAME: "execute_tool",
-                        GEN_AI_TOOL_NAME: name,
-                        GEN_AI_TOOL_CALL_ID: call_id,
-                    }
-                )
-            yield span
+        span = self.tracer.start_span(f"execute_tool {name}")
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    GEN_AI_OPERATION_NAME: "execute_tool",
+                    GEN_AI_TOOL_NAME: name,
+                    GEN_AI_TOOL_CALL_ID: call_id,
+                }
+            )
+        return self._scope(span)
 
     @staticmethod
     def tool_outcome(span: Span, outcome: ToolOutcome, *, interrupted: bool) -> None:
@@ -216,6 +201,44 @@ class Telemetry:
         if result in ("error", "interrupted"):
             span.set_attribute(ERROR_TYPE, "pico.tool_error" if result == "error" else result)
             span.set_status(Status(StatusCode.ERROR, f"the tool call ended: {result}"))
+
+
+class _Idle(AbstractContextManager[Span]):
+    """A span that records nothing and is not made current: enter and exit do nothing."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def __enter__(self) -> Span:
+        return self.span
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
+
+
+@contextmanager
+def _requesting(scope: AbstractContextManager[Span], span: Span) -> Iterator[Span]:
+    """A recording request span: a failure is classified on it, then re-raised."""
+    with scope:
+        try:
+            yield span
+        except ProviderError as exc:
+            span.set_attributes({ERROR_TYPE: f"pico.{exc.kind}", "pico.retry.class": exc.kind})
+            _usage(span, exc.usage)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise
+        except Exception as exc:
+            span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise
 
 
 def _usage(span: Span, usage: Usage | None) -> None:

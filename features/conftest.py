@@ -30,6 +30,7 @@ from features.steps.schema_upgrades import *  # noqa: F403
 from features.steps.shutdown import *  # noqa: F403
 from features.steps.subagents import *  # noqa: F403
 from features.steps.tamper import *  # noqa: F403
+from features.steps.telemetry import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
 from features.steps.watch import *  # noqa: F403
 from features.steps.workers import *  # noqa: F403
