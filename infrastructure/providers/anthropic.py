@@ -9,6 +9,7 @@ retries durably (a retry survives a crash, honours ``retry-after`` and is audite
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import AsyncGenerator, Mapping
@@ -82,6 +83,11 @@ STOP_REASONS: dict[str, StopReason] = {
     "pause_turn": "end_turn",
     "model_context_window_exceeded": "max_tokens",
 }
+
+#: Whether ``ThinkingPart`` carries a signature (the API requires it on thinking sent
+#: back, e.g. before a tool result when thinking is enabled); without the field the
+#: signature is dropped and so is the thinking it signed.
+_SIGNED_THINKING = "signature" in {f.name for f in dataclasses.fields(ThinkingPart)}
 
 #: How much of an unreadable tool input an ``unusable`` reason quotes.
 RAW_PREFIX = 120
@@ -221,7 +227,7 @@ class AnthropicProvider:
         except ProviderError:
             raise
         except anthropic.APIStatusError as error:
-            raise _status_error(error, reading.usage()) from None
+            raise self._secret_free(_status_error(error, reading.usage())) from None
         except anthropic.APITimeoutError:
             raise ProviderError(
                 f"Anthropic did not answer within {self._timeout:g} s (timeout); the "
@@ -244,11 +250,13 @@ class AnthropicProvider:
                 usage=reading.usage(),
             ) from None
         except anthropic.AnthropicError as error:
-            raise ProviderError(
-                f"the Anthropic SDK failed before an answer ({type(error).__name__}: "
-                f"{error}); check the provider's configuration (api_key, base_url)",
-                kind="fatal",
-                usage=reading.usage(),
+            raise self._secret_free(
+                ProviderError(
+                    f"the Anthropic SDK failed before an answer ({type(error).__name__}: "
+                    f"{error}); check the provider's configuration (api_key, base_url)",
+                    kind="fatal",
+                    usage=reading.usage(),
+                )
             ) from None
         finally:
             if sdk_stream is not None:
@@ -261,6 +269,19 @@ class AnthropicProvider:
                 usage=reading.usage(),
             )
         yield Done(reading.response())
+
+    def _secret_free(self, error: ProviderError) -> ProviderError:
+        """The error with the client's key or token masked, should a server (or a proxy)
+        echo it in its message: a ProviderError's message is stored with the input."""
+        message = str(error)
+        for secret in (self._client.api_key, self._client.auth_token):
+            if secret and len(secret) >= 8 and secret in message:
+                message = message.replace(secret, "[redacted]")
+        if message == str(error):
+            return error
+        return ProviderError(
+            message, kind=error.kind, usage=error.usage, retry_after=error.retry_after
+        )
 
     def _messages(self, messages: tuple[Message, ...]) -> list[JsonObject]:
         out: list[JsonObject] = []
@@ -437,7 +458,10 @@ class _Reading:
         if block.kind == "text":
             block.part = TextPart("".join(block.text))
         elif block.kind == "thinking":
-            block.part = ThinkingPart("".join(block.text))
+            fields: dict[str, str] = {"text": "".join(block.text)}
+            if _SIGNED_THINKING and block.signature:
+                fields["signature"] = block.signature  # sent back with a tool turn
+            block.part = ThinkingPart(**fields)
         elif block.kind == "tool_use":
             arguments, unusable = _arguments("".join(block.fragments))
             block.part = ToolCallPart(block.call_id, block.name, arguments, unusable)

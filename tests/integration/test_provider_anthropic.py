@@ -426,7 +426,8 @@ async def test_a_bad_key_fails_the_input_and_is_stored_nowhere(
     tmp_path: Path, stub: StubServer
 ) -> None:
     async with stub:
-        stub.script(Reply(401, error_body("authentication_error", "invalid x-api-key")))
+        # The server echoes the key it refused (proxies do): it must not reach the history.
+        stub.script(Reply(401, error_body("authentication_error", f"invalid x-api-key {KEY}")))
         h, c = await _open(tmp_path, _provider(stub), retry_delay=0.01)
         result = await _prompt(c, "hello")
         assert result.status == "failed"
@@ -435,7 +436,7 @@ async def test_a_bad_key_fails_the_input_and_is_stored_nowhere(
         assert len(stub.requests) == 1  # fatal: never retried
         records = h.audit(limit=10_000)
         assert records and KEY not in json.dumps([r.payload for r in records], default=str)
-        assert KEY not in result.reason
+        assert KEY not in result.reason and "[redacted]" in result.reason
         await h.close()
 
 
