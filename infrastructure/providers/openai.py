@@ -183,6 +183,11 @@ class OpenAIProvider:
         credentials, no query) and the options. Never the API key."""
         return {"api": "openai-chat", "base_url": self.base_url, "options": dict(self.options)}
 
+    async def aclose(self) -> None:
+        """Close the HTTP client's connection pool (a client passed as ``client=`` too).
+        Optional: an open pool is harmless until the process ends."""
+        await self._client.close()
+
     async def poll(self, handle: str) -> Response | Deferred:
         raise ProviderError(
             f"OpenAIProvider never defers a request, so there is nothing to poll ({handle!r})",
@@ -192,15 +197,20 @@ class OpenAIProvider:
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Chat Completions request built from ``request.settings`` (the options
         the generation captured), never from this provider's current options."""
-        body = request_body(request)
-        extra = {k: v for k, v in request.settings.items() if k not in RESERVED_OPTIONS}
+        options = {k: v for k, v in request.settings.items() if k not in RESERVED_OPTIONS}
+        # The body is already the wire's plain JSON, so it travels as ``extra_body`` (sent
+        # as given) with an empty typed ``messages``: the SDK's recursive transform of typed
+        # params costs about 0.65 ms of CPU per message on the event loop (279 ms per
+        # request at 400 messages, measured with openai 3.57), O(context) on every request.
+        body = {**options, **request_body(request)}
         assembly = _Assembly()
         try:
             sdk_stream = await self._client.chat.completions.create(
-                **body,
+                model=request.model,
+                messages=[],
                 stream=True,
                 stream_options={"include_usage": True},
-                extra_body=extra or None,
+                extra_body=body,
             )
         except Exception as error:  # every SDK failure is classified, none escapes raw
             raise self._classify(error, None) from None
