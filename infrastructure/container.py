@@ -49,7 +49,14 @@ def _sql_url(url: str) -> str:
 
 
 def _open_sql(
-    url: str, durability: str, read_only: bool, *, shown: str, upgrade_schema: bool = False
+    url: str,
+    durability: str,
+    read_only: bool,
+    *,
+    shown: str,
+    upgrade_schema: bool = False,
+    pool_max_size: int = 100,
+    pool_timeout: float = 30.0,
 ) -> tuple[SqlDatabase, Any]:
     """One engine pair per URL per process and mode, shared by its sessions, closed with
     the last. A read-only database is opened apart (read-only connections, no DDL)."""
@@ -62,6 +69,8 @@ def _open_sql(
             read_only=read_only,
             location=shown,
             upgrade_schema=upgrade_schema,
+            pool_max_size=pool_max_size,
+            pool_timeout=pool_timeout,
         )
     _databases[key] = (db, count + 1)
 
@@ -123,6 +132,8 @@ def build_storage(settings: PicoSettings) -> Storage:
         settings.read_only,
         shown=mask_url(url),
         upgrade_schema=settings.upgrade_schema,
+        pool_max_size=settings.pg_pool_max_size,
+        pool_timeout=settings.pg_pool_timeout,
     )
     if not db.has_schema:  # read-only, and the database holds no pico tables
         release()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from pydantic import ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -162,6 +162,12 @@ class PicoSettings(BaseSettings):
             serializes the commits of NOTIFYing transactions cluster-wide, so a large
             fleet of workers whose sessions nobody watches live may turn it off
             (docs/workers.md).
+        pg_pool_max_size: PostgreSQL: the most connections this process's pool of one
+            database opens (``PICO_PG_POOL_MAX_SIZE``, default 100). An open writing session
+            holds two while open (its writer's, its reader's), a leased one a third; past
+            the limit an open waits up to ``pg_pool_timeout`` seconds for one
+            (``PICO_PG_POOL_TIMEOUT``, default 30), then fails with StorageUnavailableError.
+            The first open of a database in a process sizes its pool.
     """
 
     model_config = SettingsConfigDict(env_prefix="PICO_", extra="forbid")
@@ -172,6 +178,8 @@ class PicoSettings(BaseSettings):
     read_only: bool = False
     upgrade_schema: bool = False
     notify_commits: bool = True
+    pg_pool_max_size: int = Field(default=100, ge=1)
+    pg_pool_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
 
     # ``mode="before"``: the checks see the raw value, so a wrong type is a
     # ConfigurationError too (pydantic passes non-ValueError exceptions through).

@@ -15,10 +15,10 @@ import re
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 from uuid import UUID
 
@@ -69,6 +69,9 @@ from pico.projections.ops import (
 )
 from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
 
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
 log = logging.getLogger("pico.storage")
 
 __all__ = [
@@ -101,8 +104,14 @@ class SqlDatabase:
         location: str | None = None,
         upgrade_schema: bool = False,
         manage_schema: bool = True,
+        pool_max_size: int = 100,
+        pool_timeout: float = 30.0,
     ) -> None:
         self.url = url
+        #: PostgreSQL: this database's connection pool (``_open_postgresql``).
+        self.pool: ConnectionPool | None = None
+        self.pool_max_size = pool_max_size
+        self.pool_timeout = pool_timeout
         self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
         self.read_only = read_only
         #: The embedder's opt-in to upgrading an older schema on open (``schema.ensure``).
@@ -204,11 +213,29 @@ class SqlDatabase:
             guard.close()
 
     def _open_postgresql(self, url: str) -> None:
-        # One engine per URL per process, shared by its sessions (container._open_sql);
-        # each open writing session holds its writer's connection and a reader's for as
-        # long as it is open, so the pool must grow with the sessions a process holds (a
-        # worker: 2 x concurrency): no overflow limit, never a wait for a connection.
-        self.writer = sa.create_engine(url, pool_size=4, max_overflow=-1)
+        # One pool per URL per process, shared by its sessions (container._open_sql):
+        # psycopg's own (``psycopg_pool``), which checks a connection before lending it,
+        # replaces a broken or old one and reconnects in the background. SQLAlchemy lends
+        # from it (``close_returns``: its close gives the connection back). Each open
+        # writing session holds its writer's connection and a reader's for as long as it
+        # is open, so the pool grows with the sessions a process holds (a worker: 2 x
+        # concurrency) up to ``pool_max_size`` (``PicoSettings.pg_pool_max_size``); beyond
+        # it an open waits up to the pool's timeout, then gets StorageUnavailableError.
+        from psycopg_pool import ConnectionPool  # loads psycopg: PostgreSQL only
+
+        self.pool = ConnectionPool(
+            conninfo(sa.make_url(url)),
+            min_size=1,
+            max_size=self.pool_max_size,
+            open=False,
+            close_returns=True,
+            check=ConnectionPool.check_connection,
+            timeout=self.pool_timeout,
+            name=self.location,
+        )
+        with self.translating("connecting"):
+            self.pool.open(wait=True, timeout=_PG_CONNECT_TIMEOUT)
+        self.writer = sa.create_engine(url, poolclass=sa.pool.NullPool, creator=self.pool.getconn)
         _pg_checkin(self.writer)
         if self.read_only:
             self.reader = self.loader = self.writer.execution_options(
@@ -311,8 +338,13 @@ class SqlDatabase:
         for engine in {self.reader, self.loader}:
             if engine is not self.writer:
                 engine.dispose()
+        if self.pool is not None:
+            self.pool.close()
         self.release_guard()
 
+
+#: How long opening the pool waits for its first connection (seconds).
+_PG_CONNECT_TIMEOUT = 30.0
 
 #: PostgreSQL writers of this process holding an open deferred batch (``SqlDatabase.pending``).
 _PG_PENDING: set[RawWriter] = set()
@@ -378,6 +410,13 @@ def translate_error(
     psycopg: Any = sys.modules.get("psycopg")
     if psycopg is None or not isinstance(orig, psycopg.Error):
         return exc
+    pool: Any = sys.modules.get("psycopg_pool")
+    if pool is not None and isinstance(orig, pool.PoolTimeout):
+        return StorageUnavailableError(
+            f"PostgreSQL at {location} could not be used while {doing}: every connection of "
+            f"this process's pool is in use ({_mask_text(text)}); close the sessions it no "
+            "longer needs, or raise PICO_PG_POOL_MAX_SIZE (and the server's max_connections)"
+        )
     if isinstance(orig, psycopg.OperationalError | psycopg.errors.InsufficientPrivilege):
         return StorageUnavailableError(
             f"PostgreSQL at {location} could not be used while {doing}: {_mask_text(text)}; "
@@ -601,31 +640,32 @@ class RawWriter:
         try:
             if not self.sqlite:
                 # One round trip for the whole transaction: BEGIN, the command's statements
-                # and COMMIT are queued in pipeline mode and sent with one Sync; a read in
-                # ``work`` (a fetch) syncs early. The first failing statement is raised at
-                # the Sync, and the server skips the rest, COMMIT included. A deferred
-                # command ends at its Sync (its errors are its own) without COMMIT; the
-                # next transaction joins the batch, and a durable one ends it with its
-                # COMMIT behind the same Sync.
+                # and COMMIT, bound on the client, go out as ONE simple-query string
+                # (``_ClientBatch``); a read in ``work`` (a fetch) sends what is queued
+                # with it. The first failing statement is raised, and the server skips the
+                # rest, COMMIT included. A deferred command's string ends without COMMIT
+                # (its errors are its own); the next transaction joins the batch, and a
+                # durable one ends it with its COMMIT in the same string.
                 if self.pending and conn.info.transaction_status != _PG_INTRANS:
                     raise RuntimeError(f"the open batch on {self.db.location} was aborted")
                 if not held and not self.pending and self.lock_key is not None:
                     # Another handle of this session in this process (a stale owner's)
                     # may hold its lock in an open batch only this thread can commit.
                     self.db.flush_pending(but=self, session=self.lock_key)
-                with conn.pipeline():
+                batch = _ClientBatch(conn)
+                try:
                     if not held and not self.pending:
-                        cur.execute(_BEGIN)
+                        batch.execute(_BEGIN)
                         if self.lock_key is not None:
-                            cur.execute(SESSION_LOCK, (self.lock_key,))
-                    work(cur)
-                    if not defer:
-                        cur.execute("COMMIT")
+                            batch.execute(SESSION_LOCK, (self.lock_key,))
+                    work(batch)
+                    # A deferred batch stays open: the server arms its idle limit at the
+                    # string's ReadyForQuery (``_BATCH_IDLE_LIMIT``).
+                    batch.execute(_BATCH_IDLE_LIMIT if defer else "COMMIT")
+                    batch.send()
+                finally:
+                    batch.close()
                 if defer:
-                    # Its own round trip, after the pipeline: psycopg ends a pipeline with
-                    # Sync then Flush, and the server arms its idle timer at the Sync's
-                    # ReadyForQuery and disarms it at the Flush, never to re-arm it.
-                    cur.execute(_BATCH_IDLE_LIMIT)
                     self.pending = True
                     self.db.pending.add(self)
                 else:
@@ -720,6 +760,51 @@ class RawWriter:
                 fairy.close()
             except Exception:
                 fairy.invalidate()
+
+
+class _ClientBatch:
+    """A PostgreSQL write transaction's statements, bound on the client
+    (``ClientCursor.mogrify``: psycopg's own quoting) and sent as one simple-query string:
+    a cursor for ``work`` with the calls it makes (execute, executemany, fetchone,
+    fetchall). Against psycopg's pipeline mode with server-side parameters it costs the
+    client about a third of the CPU per transaction (benchmarks/pg_statement_shape_bench)
+    and the server one parse per string instead of a Parse/Bind/Execute per statement —
+    the writer's CPU per command is what bounds a session's throughput (issue 16)."""
+
+    def __init__(self, conn: Any) -> None:
+        from psycopg import ClientCursor  # loaded already: conn is psycopg's
+
+        self._cur = ClientCursor(conn)
+        self._parts: list[str] = []
+
+    def execute(self, statement: str, params: Sequence[Any] | None = None) -> None:
+        self._parts.append(statement if params is None else self._cur.mogrify(statement, params))
+
+    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        mogrify = self._cur.mogrify
+        self._parts.extend(mogrify(statement, row) for row in rows)
+
+    def send(self) -> None:
+        """Send what is queued (one round trip); the cursor holds the last result."""
+        if not self._parts:
+            return
+        text = ";".join(self._parts)
+        self._parts.clear()
+        self._cur.execute(text)
+        while self._cur.nextset():  # the last statement's result is the one read
+            pass
+
+    def fetchone(self) -> Any:
+        self.send()
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        self.send()
+        return self._cur.fetchall()
+
+    def close(self) -> None:
+        self._parts.clear()
+        self._cur.close()
 
 
 # What psycopg's implicit BEGIN sent on the writer's connection (SQLAlchemy's default
