@@ -157,7 +157,9 @@ class AnthropicProvider:
             if api_key is not None or base_url is not None:
                 _bad("client", "given alone: api_key and base_url are the client's own")
             self._client = client
+            self._owns_client = False
         else:
+            self._owns_client = True
             self._client = anthropic.AsyncAnthropic(
                 api_key=api_key, base_url=base_url, timeout=float(timeout), max_retries=max_retries
             )
@@ -178,6 +180,12 @@ class AnthropicProvider:
             "options": self.request_options(),
             "cache": self._cache,
         }
+
+    async def aclose(self) -> None:
+        """Close the SDK client's pooled connections (a client passed in is the caller's
+        to close). Optional: a provider left open is collected with its pool."""
+        if self._owns_client:
+            await self._client.close()
 
     async def poll(self, handle: str) -> NoReturn:
         raise ProviderError(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 
 import pico
@@ -663,3 +664,24 @@ async def test_closing_the_stream_between_deltas_drops_the_connection(stub: Stub
         await stub.streaming.wait()
         await events.aclose()  # what the generation does on an abort
         await asyncio.wait_for(stub.disconnected.wait(), 2)
+
+
+async def test_an_injected_client_is_used_and_left_open(stub: StubServer) -> None:
+    async with stub:
+        client = anthropic.AsyncAnthropic(api_key=KEY, base_url=stub.url, max_retries=0)
+        provider = AnthropicProvider(client=client)
+        assert provider.fingerprint()["host"] == "127.0.0.1"
+        stub.script(text_reply("via the caller's client"))
+        request = pico.Request(
+            model=MODEL, messages=(pico.Message("user", (pico.TextPart("hi"),)),)
+        )
+        events = [e async for e in provider.stream(request)]
+        done = events[-1]
+        assert isinstance(done, pico.Done) and isinstance(done.outcome, pico.Response)
+        assert done.outcome.message.text == "via the caller's client"
+        await provider.aclose()
+        assert not client.is_closed()  # the caller's to close
+        await client.close()
+        owned = _provider(stub)
+        await owned.aclose()
+        assert owned._client.is_closed()
