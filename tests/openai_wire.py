@@ -68,6 +68,7 @@ def completion_stream(
     reasoning: Sequence[str] = (),
     reasoning_field: str = "reasoning_content",
     calls: Sequence[tuple[str, str, Sequence[str]]] = (),
+    refusal: Sequence[str] = (),
     finish: str | None = "stop",
     prompt_tokens: int = 25,
     completion_tokens: int = 12,
@@ -76,8 +77,9 @@ def completion_stream(
 ) -> list[bytes]:
     """The whole byte stream of one streamed completion: ``reasoning`` pieces (sent as
     the extra delta field ``reasoning_field``, as vLLM/DeepSeek/OpenRouter do), ``text``
-    pieces, then each call (id, name, argument fragments) by index: its first fragment
-    carries the id, the name and empty arguments, the rest only argument pieces. Calls
+    pieces, ``refusal`` pieces (a refusal's own delta field), then each call (id, name,
+    argument fragments) by index: its first fragment carries the id, the name and empty
+    arguments, the rest only argument pieces. Calls
     interleave their fragments round-robin (parallel calls do). ``finish=None``: no
     finish chunk (a server that stopped early)."""
     events: list[dict[str, Any]] = [
@@ -87,6 +89,8 @@ def completion_stream(
         events.append(_chunk({reasoning_field: piece}))
     for piece in text:
         events.append(_chunk({"content": piece}))
+    for piece in refusal:
+        events.append(_chunk({"refusal": piece}))
     longest = max((len(c[2]) for c in calls), default=0)
     for index, (call_id, name, _) in enumerate(calls):
         events.append(

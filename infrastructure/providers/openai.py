@@ -145,6 +145,7 @@ class OpenAIProvider:
                     "not both (the client carries its own)"
                 )
             self._client = client
+            self._owns_client = False
         else:
             try:
                 self._client = openai.AsyncOpenAI(
@@ -159,6 +160,7 @@ class OpenAIProvider:
                     "OpenAIProvider has no API key: pass api_key=... or set the "
                     f"OPENAI_API_KEY environment variable ({type(error).__name__})"
                 ) from None
+            self._owns_client = True
         self._timeout = float(timeout)
         self._secret = api_key if api_key is not None else _client_key(self._client)
 
@@ -184,9 +186,11 @@ class OpenAIProvider:
         return {"api": "openai-chat", "base_url": self.base_url, "options": dict(self.options)}
 
     async def aclose(self) -> None:
-        """Close the HTTP client's connection pool (a client passed as ``client=`` too).
-        Optional: an open pool is harmless until the process ends."""
-        await self._client.close()
+        """Close the HTTP client's connection pool if this provider made the client (one
+        passed as ``client=`` is the caller's to close). Optional: an open pool is
+        harmless until the process ends."""
+        if self._owns_client:
+            await self._client.close()
 
     async def poll(self, handle: str) -> Response | Deferred:
         raise ProviderError(
@@ -322,6 +326,7 @@ class _Assembly:
     calls: dict[int, _Call] = field(default_factory=dict)
     finish: str | None = None
     usage: Usage | None = None
+    refused: bool = False
 
     def add(self, chunk: Any) -> list[StreamEvent]:
         events: list[StreamEvent] = []
@@ -347,6 +352,12 @@ class _Assembly:
                 if delta.content:
                     self.text.append(delta.content)
                     events.append(TextDelta(delta.content))
+                refusal = getattr(delta, "refusal", None)
+                if isinstance(refusal, str) and refusal:
+                    # A refusal arrives in its own field: it is the answer's text.
+                    self.refused = True
+                    self.text.append(refusal)
+                    events.append(TextDelta(refusal))
                 for fragment in delta.tool_calls or ():
                     call = self.calls.setdefault(fragment.index, _Call())
                     if fragment.id and not call.id:
@@ -376,7 +387,7 @@ class _Assembly:
             parts.append(TextPart("".join(self.text)))
         calls = [_tool_call(self.calls[i]) for i in sorted(self.calls)]
         parts.extend(calls)
-        stop = _FINISH.get(self.finish, "end_turn")
+        stop = "refusal" if self.refused else _FINISH.get(self.finish, "end_turn")
         if calls and stop == "end_turn":
             stop = "tool_use"  # some compatible servers say "stop" after tool calls
         return Response(Message("assistant", tuple(parts)), stop, self.usage)

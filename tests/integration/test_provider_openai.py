@@ -456,6 +456,78 @@ async def test_a_workload_of_alternating_text_and_tool_turns(tmp_path: Path) -> 
         await h.close()
 
 
+async def test_an_unreachable_server_is_retried_then_fails_naming_the_connection(
+    tmp_path: Path,
+) -> None:
+    async with StubServer() as stub:
+        url = stub.url  # a port nothing listens on once the stub is gone
+    provider = OpenAIProvider(base_url=url + "/v1", api_key=KEY)
+    async with StubServer() as unused:
+        h = await _open(tmp_path, unused, provider=provider, max_attempts=2, retry_delay=0.01)
+        c = await h.root()
+        _, result = await _bounded(c.prompt("hi"))
+        assert result is not None and result.status == "failed"
+        assert result.reason is not None and "connection" in result.reason
+        (generation,) = (await h.tasks(kind="generation")).items
+        assert isinstance(generation.state, dict) and generation.state["attempt"] == 2
+        await h.close()
+
+
+async def test_a_server_that_stops_sending_times_out_and_is_retried(tmp_path: Path) -> None:
+    async with StubServer() as stub:
+        first = completion_stream(text=["slow"], finish=None, usage=False)[:-1]
+        stub.script(Reply(sse=first, hang=True), text_reply("on time"))
+        provider = OpenAIProvider(base_url=stub.url + "/v1", api_key=KEY, timeout=0.3)
+        h = await _open(tmp_path, stub, provider=provider, retry_delay=0.01)
+        c = await h.root()
+        _, result = await _bounded(c.prompt("hi"))
+        assert result is not None and result.status == "done"
+        assert stub.disconnected.is_set()  # the timed-out stream's connection was dropped
+        (answer,) = (await c.entries(kind="assistant")).items
+        assert answer.content == {"text": "on time"}
+        await h.close()
+
+
+async def test_a_refusal_is_the_answer_with_stop_reason_refusal() -> None:
+    async with StubServer() as stub:
+        stub.script(Reply(sse=completion_stream(refusal=["I can't ", "help with that."])))
+        provider = OpenAIProvider(base_url=stub.url + "/v1", api_key=KEY)
+        request = pico.Request(
+            model="gpt-test", messages=(pico.Message("user", (pico.TextPart("hm"),)),)
+        )
+        events = [e async for e in provider.stream(request)]
+        done = events[-1]
+        assert isinstance(done, pico.Done) and isinstance(done.outcome, pico.Response)
+        assert done.outcome.stop_reason == "refusal"
+        assert done.outcome.message.text == "I can't help with that."
+        assert done.outcome.usage == pico.Usage(25, 12)
+        await provider.aclose()
+
+
+async def test_an_injected_client_is_used_and_left_open() -> None:
+    import openai
+
+    async with StubServer() as stub:
+        client = openai.AsyncOpenAI(api_key=KEY, base_url=stub.url + "/v1", max_retries=0)
+        with pytest.raises(pico.InvalidArgumentError, match="client"):
+            OpenAIProvider(client=client, api_key=KEY)
+        provider = OpenAIProvider(client=client, options={"seed": 7})
+        stub.script(text_reply("via the caller's client"))
+        request = pico.Request(
+            model="gpt-test",
+            messages=(pico.Message("user", (pico.TextPart("hi"),)),),
+            settings=provider.request_options(),
+        )
+        events = [e async for e in provider.stream(request)]
+        done = events[-1]
+        assert isinstance(done, pico.Done) and isinstance(done.outcome, pico.Response)
+        assert done.outcome.message.text == "via the caller's client"
+        assert stub.requests[0].json["seed"] == 7
+        await provider.aclose()
+        assert not client.is_closed()  # the caller's to close
+        await client.close()
+
+
 # ----------------------------------------------------------------- the adapter alone
 
 
