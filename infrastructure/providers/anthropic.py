@@ -202,31 +202,43 @@ class AnthropicProvider:
         max_tokens = settings.pop("max_tokens", self._max_tokens)
         for name in RESERVED_OPTIONS:
             settings.pop(name, None)
-        kwargs: dict[str, Any] = {
+        body: JsonObject = {
+            **settings,
             "model": request.model,
             "max_tokens": max_tokens,
-            "messages": self._messages(request.messages),
+            "messages": list[JsonValue](self._messages(request.messages)),
             "stream": True,
         }
         if request.system:
             system: JsonObject = {"type": "text", "text": request.system}
             if self._cache:
                 system["cache_control"] = dict(EPHEMERAL)
-            kwargs["system"] = [system]
+            body["system"] = [system]
         if request.tools:
-            tools: list[JsonObject] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in request.tools
-            ]
+            tools: list[JsonValue] = []
+            for t in request.tools:
+                tools.append(
+                    {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                )
             if self._cache:
-                tools[-1]["cache_control"] = dict(EPHEMERAL)
-            kwargs["tools"] = tools
-        if settings:
-            kwargs["extra_body"] = settings
+                last = tools[-1]
+                assert isinstance(last, dict)
+                last["cache_control"] = dict(EPHEMERAL)
+            body["tools"] = tools
         reading = _Reading()
         sdk_stream: Any = None
         try:
-            sdk_stream = await self._client.messages.create(**kwargs)
+            # The body is pico's strict JSON already, so it is sent as encoded bytes: the
+            # SDK's messages.create would walk and copy the whole context first (its
+            # request preparation), the largest cost per request on a long conversation.
+            sdk_stream = await self._client.post(
+                "/v1/messages",
+                cast_to=anthropic.types.Message,
+                content=json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+                options={"headers": {"content-type": "application/json"}},
+                stream=True,
+                stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+            )
             async for event in sdk_stream:
                 for out in reading.take(event):
                     yield out
