@@ -21,6 +21,7 @@ Over the context budget, or on overflow, it waits for one captured collapse
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from pico.application.command import Command
@@ -57,6 +58,10 @@ from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
 
 __all__ = ["GenerationDefinition", "generation_state", "tool_dependencies"]
+
+#: Failed attempts (debug), retries scheduled and generations that failed (info):
+#: the provider's classified message, never the request's content (docs/telemetry.md).
+log = logging.getLogger("pico.provider")
 
 
 class GenerationDefinition(TaskDefinition):
@@ -297,6 +302,9 @@ class GenerationDefinition(TaskDefinition):
         error: ProviderError,
     ) -> None:
         attempt = int(state.get("attempt", 0) or 0) + 1  # type: ignore[arg-type]
+        log.debug(
+            "generation task %d: attempt %d failed (%s): %s", task.id, attempt, error.kind, error
+        )
         # Known usage commits even for failed, deferred or discarded attempts (§8.3).
         state = {**state, "usage": add_usage(state.get("usage"), error.usage)}
         if error.kind == "overflow" and not state.get("collapsed"):
@@ -324,6 +332,7 @@ class GenerationDefinition(TaskDefinition):
                 else self.services.retry_delay * attempt
             )
             when = self.services.clock.now() + delay
+            log.info("generation task %d: retry %d in %.1fs (%s)", task.id, attempt, delay, error)
             await ctx.command(
                 lambda tx: tx.patch_task(
                     task.id,
@@ -334,6 +343,7 @@ class GenerationDefinition(TaskDefinition):
             )
             return
         inputs = ints(state.get("inputs"))
+        log.info("generation task %d failed after %d attempt(s): %s", task.id, attempt, error)
 
         def fail(tx: Command) -> None:
             set_results(tx, inputs, {"status": "failed", "reason": str(error)})

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -329,3 +331,23 @@ async def test_a_closed_harness_ends_its_spans(backend: Backend) -> None:
     assert _attrs(chat)["pico.request.stopped"] is True
     (execution,) = _named(spans, "pico.task generation")
     assert _attrs(execution)["pico.task.status.to"] == "streaming"  # resumable
+
+
+async def test_a_scheduled_retry_is_logged_on_pico_provider_without_the_content(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pico")
+    provider = FauxProvider([FauxFailure("retryable", "overloaded"), "fine now"])
+    h = await backend.open(provider=provider, retry_delay=0.0)
+    c = await h.root()
+    _, result = await c.prompt("a secret question")
+    assert result is not None and result.status == "done"
+    await h.close()
+    records = [r for r in caplog.records if r.name == "pico.provider"]
+    lines = [(r.name, r.levelno, r.getMessage()) for r in records]
+    assert [(name, level) for name, level, _ in lines] == [
+        ("pico.provider", logging.DEBUG),
+        ("pico.provider", logging.INFO),
+    ]
+    assert "retryable" in lines[0][2] and "retry 1 in 0.0s (overloaded)" in lines[1][2]
+    assert not any("secret" in r.getMessage() for r in caplog.records)
