@@ -49,6 +49,9 @@ except ImportError as missing:  # pragma: no cover - the extra is installed in d
 
 __all__ = ["AnthropicProvider"]
 
+#: The stream class the SDK parses a Messages stream into (raw events, one per SSE event).
+_EVENTS = anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent]
+
 #: The API's default endpoint (its host is the fingerprint's when no base URL is given).
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
@@ -237,7 +240,7 @@ class AnthropicProvider:
                 content=json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
                 options={"headers": {"content-type": "application/json"}},
                 stream=True,
-                stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+                stream_cls=_EVENTS,
             )
             async for event in sdk_stream:
                 for out in reading.take(event):
