@@ -782,7 +782,14 @@ class _ClientBatch:
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
         mogrify = self._cur.mogrify
-        self._parts.extend(mogrify(statement, row) for row in rows)
+        rows = list(rows)
+        split = _multi_row(statement) if len(rows) > 1 else None
+        if split is None:
+            self._parts.extend(mogrify(statement, row) for row in rows)
+            return
+        # A plain INSERT of several rows is ONE multi-row statement: one parse, one plan.
+        head, values = split
+        self._parts.append(head + ",".join(mogrify(values, row) for row in rows))
 
     def send(self) -> None:
         """Send what is queued (one round trip); the cursor holds the last result."""
@@ -805,6 +812,20 @@ class _ClientBatch:
     def close(self) -> None:
         self._parts.clear()
         self._cur.close()
+
+
+_MULTI_ROW: dict[str, tuple[str, str] | None] = {}
+_PLAIN_INSERT = re.compile(r"(INSERT INTO [^;]+? VALUES )(\([^()]*\))", re.S)
+
+
+def _multi_row(statement: str) -> tuple[str, str] | None:
+    """``(head, values)`` of a plain ``INSERT ... VALUES (%s, ...)`` (nothing after its one
+    row of placeholders: no ON CONFLICT, whose DO UPDATE may not touch a row twice in one
+    statement, no RETURNING), or None."""
+    if statement not in _MULTI_ROW:
+        found = _PLAIN_INSERT.fullmatch(statement.strip())
+        _MULTI_ROW[statement] = None if found is None else (found.group(1), found.group(2))
+    return _MULTI_ROW[statement]
 
 
 # What psycopg's implicit BEGIN sent on the writer's connection (SQLAlchemy's default
