@@ -472,6 +472,21 @@ async def test_a_bad_key_fails_the_input_and_is_stored_nowhere(
             "fatal",
             "mid-stream",
         ),
+        (
+            Reply(sse=[*message_stream(text("x"))[:2], error_event("rate_limit_error", "slow")]),
+            "retryable",
+            "rate limited",
+        ),
+        (
+            Reply(
+                sse=[
+                    *message_stream(text("x"))[:2],
+                    error_event("invalid_request_error", "prompt is too long: 300000 tokens"),
+                ]
+            ),
+            "overflow",
+            "context window",
+        ),
     ],
 )
 async def test_each_failure_is_classified(
@@ -489,6 +504,25 @@ async def test_each_failure_is_classified(
         assert caught.value.kind == kind
         assert words in str(caught.value)
         assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [({"retry-after-ms": "1500"}, 1.5), ({"retry-after": "4"}, 4.0), ({}, None)],
+)
+async def test_an_overloaded_answer_carries_the_servers_retry_after(
+    stub: StubServer, headers: dict[str, str], wait: float | None
+) -> None:
+    async with stub:
+        stub.script(Reply(529, error_body("overloaded_error", "Overloaded"), headers=headers))
+        request = pico.Request(
+            model=MODEL, messages=(pico.Message("user", (pico.TextPart("hi"),)),)
+        )
+        with pytest.raises(pico.ProviderError) as caught:
+            async for _ in _provider(stub).stream(request):
+                pass
+        assert caught.value.kind == "retryable" and caught.value.retry_after == wait
+        assert "overloaded" in str(caught.value)
 
 
 async def test_an_unreachable_server_is_retryable() -> None:
