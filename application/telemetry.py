@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from pico.application.model import Deferred, ModelProvider, ProviderError, Request, Response, Usage
 
@@ -64,10 +64,14 @@ class Telemetry:
             global tracer provider for a ``"pico"`` tracer, so an application's
             ``trace.set_tracer_provider(...)`` is honoured, even one set after the harness
             was opened; with none set, nothing is recorded.
+        commands: ``False`` records no ``pico.command`` spans (half of a turn's spans, the
+            most numerous kind: about half of what recording costs); task executions, model
+            requests and tool calls are still traced.
     """
 
-    def __init__(self, tracer: trace.Tracer | None = None) -> None:
+    def __init__(self, tracer: trace.Tracer | None = None, *, commands: bool = True) -> None:
         self.tracer = tracer if tracer is not None else trace.get_tracer("pico", _version())
+        self.commands = commands
 
     def _scope(self, span: Span, *, errors: bool = True) -> AbstractContextManager[Span]:
         """Make ``span`` current until the block ends, then end it. Without an SDK the API
@@ -82,6 +86,8 @@ class Telemetry:
     # ------------------------------------------------------------------ commands
     def command(self, session_id: str) -> AbstractContextManager[Span]:
         """A span for one command (``pico.command``); ``committed`` fills in the batch."""
+        if not self.commands:
+            return _Idle(INVALID_SPAN)
         span = self.tracer.start_span("pico.command")
         if span.is_recording():
             span.set_attribute("pico.session.id", session_id)

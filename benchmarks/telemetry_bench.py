@@ -5,7 +5,8 @@ machine slows them alike:
 - ``off``: every span replaced by a shared null context (what pico cost before it had spans),
 - ``api``: the default ``pico.Telemetry()``, no SDK configured (the API's no-op tracer),
 - ``sdk``: an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` and an exporter that
-  drops everything (the cost of recording, without any I/O).
+  drops everything (the cost of recording, without any I/O),
+- ``sdk, commands=False``: the same without the ``pico.command`` spans.
 
 Then the span calls of one turn alone (10 commands, 5 task executions, 2 requests, 2 tool
 calls: 19 spans), best of several repeats, which a loaded machine disturbs far less.
@@ -71,6 +72,9 @@ def _variants() -> dict[str, Callable[[], pico.Telemetry]]:
         "off": _Off,
         "api": pico.Telemetry,
         "sdk": lambda: pico.Telemetry(tracer=provider.get_tracer("bench")),
+        "sdk, commands=False": lambda: pico.Telemetry(
+            tracer=provider.get_tracer("bench"), commands=False
+        ),
     }
 
 

@@ -351,3 +351,15 @@ async def test_a_scheduled_retry_is_logged_on_pico_provider_without_the_content(
     ]
     assert "retryable" in lines[0][2] and "retry 1 in 0.0s (overloaded)" in lines[1][2]
     assert not any("secret" in r.getMessage() for r in caplog.records)
+
+
+async def test_command_spans_can_be_left_out(backend: Backend) -> None:
+    telemetry, exporter = _traced()
+    telemetry = pico.Telemetry(tracer=telemetry.tracer, commands=False)
+    h = await backend.open(provider=FauxProvider(["hi"]), telemetry=telemetry)
+    c = await h.root()
+    _, result = await c.prompt("hello")
+    assert result is not None and result.status == "done"
+    await h.close()
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == ["chat default", "pico.task generation"]
