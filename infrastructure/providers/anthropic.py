@@ -265,7 +265,14 @@ class AnthropicProvider:
                 kind="retryable",
                 usage=reading.usage(),
             ) from None
-        except httpx2.TransportError as error:
+        except json.JSONDecodeError as error:
+            raise ProviderError(
+                f"Anthropic sent a stream event whose data is not JSON ({error}); the "
+                "generation retries; a proxy between pico and the API may be altering it",
+                kind="retryable",
+                usage=reading.usage(),
+            ) from None
+        except (httpx2.HTTPError, httpx2.StreamError) as error:
             raise ProviderError(
                 f"the connection to Anthropic broke mid-stream ({type(error).__name__}: "
                 f"{error}); the generation retries",

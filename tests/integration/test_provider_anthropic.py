@@ -473,6 +473,13 @@ async def test_a_bad_key_fails_the_input_and_is_stored_nowhere(
             "mid-stream",
         ),
         (
+            Reply(
+                sse=[*message_stream(text("x"))[:2], b"event: content_block_delta\ndata: {no\n\n"]
+            ),
+            "retryable",
+            "not JSON",
+        ),
+        (
             Reply(sse=[*message_stream(text("x"))[:2], error_event("rate_limit_error", "slow")]),
             "retryable",
             "rate limited",
