@@ -614,6 +614,25 @@ def test_the_wire_mapping_of_images_results_and_thinking() -> None:
     ]
 
 
+def test_wire_messages_are_reused_only_for_the_same_message_objects() -> None:
+    from pico.infrastructure.providers.openai import WireCache
+
+    first = pico.Message("user", (pico.TextPart("one"),))
+    call = pico.Message("assistant", (pico.ToolCallPart("c1", "read", {"path": "a"}),))
+    cache: WireCache = {}
+    one = pico.Request(model="m", messages=(first, call))
+    assert request_body(one, cache) == request_body(one)
+    assert set(cache) == {id(first), id(call)}
+    # The same objects are reused; a new object with other content is converted afresh.
+    other = pico.Message("assistant", (pico.ToolCallPart("c1", "read", {"path": "b"}),))
+    result = pico.Message("user", (pico.ToolResultPart("c1", "B"),))
+    two = pico.Request(model="m", messages=(first, other, result))
+    body = request_body(two, cache)
+    assert body == request_body(two)
+    assert body["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"path": "b"}'
+    assert set(cache) == {id(first), id(other), id(result)}  # only this request's
+
+
 def test_retry_after_and_status_classification() -> None:
     assert retry_after({"Retry-After": "3"}) == 3.0
     assert retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
