@@ -31,6 +31,7 @@ from features.steps.shutdown import *  # noqa: F403
 from features.steps.subagents import *  # noqa: F403
 from features.steps.tamper import *  # noqa: F403
 from features.steps.telemetry import *  # noqa: F403
+from features.steps.testing_support import *  # noqa: F403
 from features.steps.tools import *  # noqa: F403
 from features.steps.watch import *  # noqa: F403
 from features.steps.workers import *  # noqa: F403

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
+import functools
 import json
 import pprint
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,15 @@ from pico.domain.json import JsonValue
 from pico.domain.values import Entry, TaskSnapshot
 from pico.infrastructure import memory
 
-__all__ = ["Rig", "ScriptItem", "ToolResult", "assert_rows", "harness", "transcript_rows"]
+__all__ = [
+    "Rig",
+    "ScriptItem",
+    "ToolResult",
+    "assert_rows",
+    "harness",
+    "open_rig",
+    "transcript_rows",
+]
 
 #: A transcript row: ``(kind, text)``.
 Row = tuple[str, str]
@@ -126,6 +135,7 @@ class Rig:
         url: str,
         conversation: ConversationHandle,
         options: dict[str, Any],
+        cleanup: Sequence[Callable[[], None]] = (),
     ) -> None:
         self.harness = harness
         self.provider = provider
@@ -133,6 +143,7 @@ class Rig:
         self.url = url
         self.conversation = conversation
         self._options = options
+        self._cleanup = list(cleanup)
 
     # ------------------------------------------------------------------ scripting
     def script(self, *items: ScriptItem) -> None:
@@ -209,6 +220,15 @@ class Rig:
         await self.harness.close()
         self.harness = await Harness.open(self.url, **self._options)
         self.conversation = await self.harness.root()
+
+    async def close(self) -> None:
+        """Close the harness and discard the rig's storage (its memory database, its
+        temporary directory); ``harness(...)`` does it on exit."""
+        try:
+            await self.harness.close()
+        finally:
+            while self._cleanup:
+                self._cleanup.pop()()
 
     # ------------------------------------------------------------------ reading
     async def entries(self, *, conversation: ConversationHandle | None = None) -> list[Entry]:
@@ -311,8 +331,7 @@ def _next_wake(clock: FakeClock) -> float | None:
     return min(pending) if pending else None
 
 
-@contextlib.asynccontextmanager
-async def harness(
+async def open_rig(
     *,
     script: Iterable[ScriptItem] = (),
     tools: Iterable[Tool] = (),
@@ -323,8 +342,9 @@ async def harness(
     hooks: Hooks | None = None,
     session: str = "main",
     **options: Any,
-) -> AsyncIterator[Rig]:
-    """Open a throwaway session for a test and close (and discard) it afterwards.
+) -> Rig:
+    """Open a throwaway session for a test; ``await rig.close()`` closes and discards it
+    (``harness(...)`` is the same as an async context manager: prefer it).
 
     Args:
         script: the faux model's responses, in order (ignored with ``provider=``).
@@ -346,33 +366,69 @@ async def harness(
         raise InvalidArgumentError(
             f"provider must be a pico.FauxProvider, not {type(provider).__name__}"
         )
-    with contextlib.ExitStack() as stack:
-        memory_name: str | None = None
-        if storage == "memory":
-            memory_name = f"pico-testing-{uuid.uuid4().hex}"
-            url = f"memory://{memory_name}"
-        elif storage == "sqlite":
-            directory = (
-                Path(tmp_path)
-                if tmp_path is not None
-                else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pico-")))
-            )
-            url = f"sqlite:///{directory / f'pico-{uuid.uuid4().hex[:8]}.db'}"
+    cleanup: list[Callable[[], None]] = []
+    if storage == "memory":
+        name = f"pico-testing-{uuid.uuid4().hex}"
+        url = f"memory://{name}"
+        cleanup.append(functools.partial(_drop_memory, name))
+    elif storage == "sqlite":
+        if tmp_path is not None:
+            directory = Path(tmp_path)
         else:
-            url = storage
-        opened = dict(options, session=session, provider=provider, clock=clock, tools=list(tools))
-        if hooks is not None:
-            opened["hooks"] = hooks
+            scratch = tempfile.TemporaryDirectory(prefix="pico-")
+            directory = Path(scratch.name)
+            cleanup.append(scratch.cleanup)
+        url = f"sqlite:///{directory / f'pico-{uuid.uuid4().hex[:8]}.db'}"
+    else:
+        url = storage
+    opened = dict(options, session=session, provider=provider, clock=clock, tools=list(tools))
+    if hooks is not None:
+        opened["hooks"] = hooks
+    try:
         h = await Harness.open(url, **opened)
-        rig = Rig(h, provider, clock, url, await h.root(), opened)
-        try:
-            yield rig
-        finally:
-            await rig.harness.close()
-            if memory_name is not None:
-                # A named memory database lives as long as the process; this one is ours.
-                with memory._named_lock:
-                    memory._named.pop(memory_name, None)
+    except BaseException:
+        for step in cleanup:
+            step()
+        raise
+    return Rig(h, provider, clock, url, await h.root(), opened, cleanup)
+
+
+def _drop_memory(name: str) -> None:
+    # A named memory database lives as long as the process; this one is the rig's.
+    with memory._named_lock:
+        memory._named.pop(name, None)
+
+
+@contextlib.asynccontextmanager
+async def harness(
+    *,
+    script: Iterable[ScriptItem] = (),
+    tools: Iterable[Tool] = (),
+    storage: str = "memory",
+    tmp_path: str | Path | None = None,
+    provider: FauxProvider | None = None,
+    clock: FakeClock | None = None,
+    hooks: Hooks | None = None,
+    session: str = "main",
+    **options: Any,
+) -> AsyncIterator[Rig]:
+    """Open a throwaway session for a test (a ``Rig``; the arguments are
+    ``open_rig``'s) and close and discard it on exit."""
+    rig = await open_rig(
+        script=script,
+        tools=tools,
+        storage=storage,
+        tmp_path=tmp_path,
+        provider=provider,
+        clock=clock,
+        hooks=hooks,
+        session=session,
+        **options,
+    )
+    try:
+        yield rig
+    finally:
+        await rig.close()
 
 
 # ---------------------------------------------------------------------- pytest plugin

@@ -238,3 +238,13 @@ def test_wrong(pico_faux):
 
     asyncio.run(scenario())
 """
+
+
+async def test_open_rig_and_close_without_a_context_manager() -> None:
+    rig = await pico.testing.open_rig(script=["hi"])
+    name = rig.url[len("memory://") :]
+    assert (await rig.turn("hello")).status == "done"
+    await rig.close()
+    assert name not in memory._named
+    with pytest.raises(pico.ClosedError):
+        await rig.transcript()
