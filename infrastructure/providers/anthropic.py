@@ -52,9 +52,6 @@ __all__ = ["AnthropicProvider"]
 #: The stream class the SDK parses a Messages stream into (raw events, one per SSE event).
 _EVENTS = anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent]
 
-#: The API's default endpoint (its host is the fingerprint's when no base URL is given).
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-
 #: Request fields the adapter builds itself: an option may not set them.
 RESERVED_OPTIONS = frozenset({"model", "messages", "system", "tools", "stream", "max_tokens"})
 
@@ -171,7 +168,7 @@ class AnthropicProvider:
     def request_options(self) -> JsonObject:
         """What a generation captures when it is created and every attempt sends:
         ``max_tokens`` and the constructor's options (never the key)."""
-        return {"max_tokens": self._max_tokens, **strict_options(self._options)}
+        return {"max_tokens": self._max_tokens, **_strict_options(self._options)}
 
     def fingerprint(self) -> JsonObject:
         """The non-secret identity the resume gate hashes: the API, the endpoint's host,
@@ -326,7 +323,7 @@ class AnthropicProvider:
         return out
 
 
-def strict_options(options: Mapping[str, JsonValue]) -> JsonObject:
+def _strict_options(options: Mapping[str, JsonValue]) -> JsonObject:
     copied = strict_json(dict(options), what="options")
     assert isinstance(copied, dict)
     return copied
@@ -346,7 +343,7 @@ def _checked_options(options: Mapping[str, JsonValue] | None) -> JsonObject:
             reserved,
         )
     try:
-        return strict_options(options)
+        return _strict_options(options)
     except Exception as error:  # the strict-JSON gate's error names the bad value
         raise InvalidArgumentError(f"options must be strict JSON: {error}") from None
 
