@@ -49,7 +49,12 @@ class TextPart:
 
 @dataclass(frozen=True)
 class ThinkingPart:
+    """The model's reasoning. ``signature`` is the provider's proof of it where the API
+    signs thinking (Anthropic): kept with the entry and sent back with it, as the API
+    requires on a turn that continues after tool results."""
+
     text: str
+    signature: str = ""
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,15 @@ def assistant_message(entry: Entry) -> Message:
     content = entry.content
     parts: list[Part] = []
     if isinstance(content, dict):
+        blocks = content.get("thinking_blocks")
         thinking = content.get("thinking")
-        if isinstance(thinking, str) and thinking:
+        if isinstance(blocks, list):  # signed thinking, block by block
+            for block in blocks:
+                if isinstance(block, dict):
+                    parts.append(
+                        ThinkingPart(str(block.get("text", "")), str(block.get("signature", "")))
+                    )
+        elif isinstance(thinking, str) and thinking:
             parts.append(ThinkingPart(thinking))
         text = content.get("text")
         if isinstance(text, str) and text:

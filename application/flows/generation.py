@@ -207,9 +207,14 @@ class GenerationDefinition(TaskDefinition):
             return
         message = outcome.message
         content: dict[str, JsonValue] = {"text": message.text}
-        thinking = "".join(p.text for p in message.parts if isinstance(p, ThinkingPart))
+        blocks = [p for p in message.parts if isinstance(p, ThinkingPart)]
+        thinking = "".join(p.text for p in blocks)
         if thinking:
             content["thinking"] = thinking
+        if any(p.signature for p in blocks):  # signed thinking goes back block by block
+            content["thinking_blocks"] = [
+                {"text": p.text, "signature": p.signature} for p in blocks
+            ]
         calls = message.tool_calls
         decision = YieldDecision()
         if not calls and isinstance(outcome, Response):

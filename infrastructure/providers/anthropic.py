@@ -9,7 +9,6 @@ retries durably (a retry survives a crash, honours ``retry-after`` and is audite
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import AsyncGenerator, Mapping
@@ -83,11 +82,6 @@ STOP_REASONS: dict[str, StopReason] = {
     "pause_turn": "end_turn",
     "model_context_window_exceeded": "max_tokens",
 }
-
-#: Whether ``ThinkingPart`` carries a signature (the API requires it on thinking sent
-#: back, e.g. before a tool result when thinking is enabled); without the field the
-#: signature is dropped and so is the thinking it signed.
-_SIGNED_THINKING = "signature" in {f.name for f in dataclasses.fields(ThinkingPart)}
 
 #: How much of an unreadable tool input an ``unusable`` reason quotes.
 RAW_PREFIX = 120
@@ -357,11 +351,10 @@ def _block(part: object) -> JsonObject | None:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text} if part.text else None
     if isinstance(part, ThinkingPart):
-        # The API verifies thinking sent back by its signature; pico keeps one only if
-        # the part carries it, and unsigned thinking is dropped (never forged).
-        signature = getattr(part, "signature", "")
-        if isinstance(signature, str) and signature:
-            return {"type": "thinking", "thinking": part.text, "signature": signature}
+        # The API verifies thinking sent back by its signature; unsigned thinking (from
+        # another provider, or stored before signatures were kept) is dropped, never forged.
+        if part.signature:
+            return {"type": "thinking", "thinking": part.text, "signature": part.signature}
         return None
     if isinstance(part, ToolCallPart):
         return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
@@ -485,10 +478,8 @@ class _Reading:
         if block.kind == "text":
             block.part = TextPart("".join(block.text))
         elif block.kind == "thinking":
-            fields: dict[str, str] = {"text": "".join(block.text)}
-            if _SIGNED_THINKING and block.signature:
-                fields["signature"] = block.signature  # sent back with a tool turn
-            block.part = ThinkingPart(**fields)
+            # The signature is stored with the entry and sent back with a tool turn.
+            block.part = ThinkingPart("".join(block.text), block.signature)
         elif block.kind == "tool_use":
             arguments, unusable = _arguments("".join(block.fragments))
             block.part = ToolCallPart(block.call_id, block.name, arguments, unusable)

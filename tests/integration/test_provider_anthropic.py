@@ -161,7 +161,47 @@ async def test_thinking_streams_as_thinking_deltas_and_is_stored(
         stub.script(Reply(sse=message_stream(thinking("Count the calls."), text("Two calls."))))
         h, c = await _open(tmp_path, provider)
         answer = await _answer(h, await _prompt(c, "How many?"))
-        assert answer.content == {"text": "Two calls.", "thinking": "Count the calls."}
+        assert answer.content == {
+            "text": "Two calls.",
+            "thinking": "Count the calls.",
+            "thinking_blocks": [{"text": "Count the calls.", "signature": "sig-abc"}],
+        }
+        await h.close()
+
+
+async def test_signed_thinking_goes_back_with_the_tool_turn_it_preceded(
+    tmp_path: Path, stub: StubServer
+) -> None:
+    """With thinking on, the API requires the signed thinking block before a tool_use to
+    come back unchanged in the request that carries the tool's result."""
+    async with stub:
+        stub.script(
+            Reply(
+                sse=message_stream(
+                    thinking("I should look.", signature="sig-look"),
+                    tool_use("toolu_1", "look", ['{"what": ', '"x"}']),
+                    stop_reason="tool_use",
+                )
+            ),
+            text_reply("Seen."),
+        )
+
+        async def look(args: pico.JsonObject, ctx: pico.ToolContext) -> str:
+            return "x is here"
+
+        tool = pico.Tool("look", "Look", {"type": "object", "properties": {}}, look)
+        provider = _provider(stub, options={"thinking": {"type": "enabled", "budget_tokens": 1024}})
+        h, c = await _open(tmp_path, provider, tools=[tool])
+        answer = await _answer(h, await _prompt(c, "Look at x"))
+        assert answer.content == {"text": "Seen."}
+        assistant = stub.requests[1].json["messages"][1]
+        assert assistant["role"] == "assistant"
+        assert assistant["content"][0] == {
+            "type": "thinking",
+            "thinking": "I should look.",
+            "signature": "sig-look",
+        }
+        assert assistant["content"][1]["type"] == "tool_use"
         await h.close()
 
 
