@@ -183,8 +183,9 @@ def _options(value: object) -> dict[str, Any]:
 
 # Harness.open's options that the container's own providers wire; ``options`` holds the rest.
 _WIRED = frozenset(
-    ("storage", "session", "durability", "read_only", "provider", "tools", "hooks", "clock")
-) | {"telemetry"}
+    {"storage", "session", "durability", "read_only", "provider", "tools", "hooks", "clock"}
+    | {"telemetry"}
+)
 
 
 def _resolve(name: str, provider: Callable[[], Any]) -> Any:

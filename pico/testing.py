@@ -1,11 +1,11 @@
 """Test support for users of pico: test your own tools, hooks and agent loops without a
 model, a network or a clock (issue 17).
 
-``harness(...)`` opens a throwaway session (memory, a SQLite file in a temporary
-directory, or any URL) with the faux provider and a ``FakeClock`` wired in, and gives a
-``Rig``: script the model, run a turn, read the transcript as ``(kind, text)`` rows, and
-assert with a readable diff. It needs no test framework: it works under pytest-asyncio,
-anyio or a plain ``asyncio.run``.
+``harness(...)`` (or ``open_rig(...)`` and ``Rig.close()``) opens a throwaway session
+(memory, a SQLite file in a temporary directory, or any URL) with the faux provider and a
+``FakeClock`` wired in, and gives a ``Rig``: script the model, run a turn, read the
+transcript as ``(kind, text)`` rows, and assert with a readable diff. It needs no test
+framework: it works under pytest-asyncio, anyio or a plain ``asyncio.run``.
 
 Loaded by pytest (the ``pytest11`` entry point ``pico``), this module also gives the
 fixtures ``pico_clock`` (a ``FakeClock``), ``pico_faux`` (an empty ``FauxProvider``) and
