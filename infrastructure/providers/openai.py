@@ -13,6 +13,7 @@ classification and the reasons for each choice are in docs/providers.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -229,8 +230,10 @@ class OpenAIProvider:
             yield Done(assembly.response())
         finally:
             # An abort (the consumer cancelled, or the generator closed) drops the HTTP
-            # connection here, so the server stops generating promptly.
-            await sdk_stream.close()
+            # connection here, so the server stops generating promptly. A failure to close
+            # a connection that is already broken must not replace the classified error.
+            with contextlib.suppress(Exception):
+                await sdk_stream.close()
 
     def _classify(self, error: Exception, usage: Usage | None) -> ProviderError:
         if isinstance(error, ProviderError):
