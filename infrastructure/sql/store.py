@@ -221,10 +221,17 @@ class SqlDatabase:
         # is open, so the pool grows with the sessions a process holds (a worker: 2 x
         # concurrency) up to ``pool_max_size`` (``PicoSettings.pg_pool_max_size``); beyond
         # it an open waits up to the pool's timeout, then gets StorageUnavailableError.
-        from psycopg_pool import ConnectionPool  # loads psycopg: PostgreSQL only
+        import psycopg  # loads libpq: PostgreSQL only
+        from psycopg_pool import ConnectionPool
 
+        info = conninfo(sa.make_url(url))
+        with self.translating("connecting"):
+            # One direct connection first: a server that cannot be reached, a wrong
+            # password or database fail here at once, with libpq's own message (the pool
+            # would retry them in the background until its timeout).
+            psycopg.connect(info, connect_timeout=_PG_CONNECT_TIMEOUT).close()
         self.pool = ConnectionPool(
-            conninfo(sa.make_url(url)),
+            info,
             min_size=1,
             max_size=self.pool_max_size,
             open=False,
@@ -344,7 +351,7 @@ class SqlDatabase:
 
 
 #: How long opening the pool waits for its first connection (seconds).
-_PG_CONNECT_TIMEOUT = 30.0
+_PG_CONNECT_TIMEOUT = 30
 
 #: PostgreSQL writers of this process holding an open deferred batch (``SqlDatabase.pending``).
 _PG_PENDING: set[RawWriter] = set()
@@ -417,7 +424,14 @@ def translate_error(
             f"this process's pool is in use ({_mask_text(text)}); close the sessions it no "
             "longer needs, or raise PICO_PG_POOL_MAX_SIZE (and the server's max_connections)"
         )
-    if isinstance(orig, psycopg.OperationalError | psycopg.errors.InsufficientPrivilege):
+    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+        return StorageUnavailableError(
+            f"PostgreSQL at {location} refused while {doing}: {_mask_text(text)}; the role in "
+            "the URL lacks a privilege pico needs: a first open creates pico's tables (CREATE "
+            "on the schema), so create them as their owner with `pico db upgrade URL`, then "
+            "grant this role the privileges in docs/postgresql.md"
+        )
+    if isinstance(orig, psycopg.OperationalError):
         return StorageUnavailableError(
             f"PostgreSQL at {location} could not be used while {doing}: {_mask_text(text)}; "
             "check that the server is running and reachable, and the user, password and "

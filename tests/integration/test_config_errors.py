@@ -235,6 +235,31 @@ async def test_a_read_only_open_of_a_postgresql_database_without_pico_tables_run
         admin.close()
 
 
+async def test_a_role_that_may_not_create_pico_tables_is_told_how_to_create_them() -> None:
+    host, port, _ = _pg_parts()
+    admin = psycopg.connect(
+        f"host={host} port={port} dbname=postgres user=postgres", autocommit=True
+    )
+    role = f"pico_dml_{os.getpid()}"
+    try:
+        admin.execute("DROP DATABASE IF EXISTS pico_no_create")
+        admin.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.execute("CREATE DATABASE pico_no_create")
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        with psycopg.connect(
+            f"host={host} port={port} dbname=pico_no_create user=postgres", autocommit=True
+        ) as db:
+            db.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        url = f"postgresql://{role}:{SECRET}@{host}:{port}/pico_no_create"
+        exc = await _refused(url, pico.StorageUnavailableError)
+        assert "permission denied" in str(exc) and "pico db upgrade" in str(exc)
+        assert "server is running" not in str(exc)  # not a reachability problem
+    finally:
+        admin.execute("DROP DATABASE IF EXISTS pico_no_create")
+        admin.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.close()
+
+
 async def test_a_postgresql_connection_that_goes_away_is_unavailable_then_reconnects() -> None:
     url = require_postgres("the lost connection")
     h = await pico.Harness.open(url, session=f"gone-{os.getpid()}-{id(object())}")
