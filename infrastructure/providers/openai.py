@@ -18,7 +18,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -200,7 +200,7 @@ class OpenAIProvider:
             kind="fatal",
         )
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         """Stream one Chat Completions request built from ``request.settings`` (the options
         the generation captured), never from this provider's current options."""
         options = {k: v for k, v in request.settings.items() if k not in RESERVED_OPTIONS}

@@ -528,6 +528,22 @@ async def test_an_injected_client_is_used_and_left_open() -> None:
         await client.close()
 
 
+async def test_closing_the_stream_between_deltas_drops_the_connection() -> None:
+    async with StubServer() as stub:
+        chunks = completion_stream(text=["one ", "two "], finish=None, usage=False)[:-1]
+        stub.script(Reply(sse=chunks, hang=True))
+        provider = OpenAIProvider(base_url=stub.url + "/v1", api_key=KEY)
+        request = pico.Request(
+            model="gpt-test", messages=(pico.Message("user", (pico.TextPart("hi"),)),)
+        )
+        events = provider.stream(request)
+        assert await events.__anext__() == pico.TextDelta("one ")
+        await stub.streaming.wait()
+        await events.aclose()  # what the generation does after an abort between frames
+        await asyncio.wait_for(stub.disconnected.wait(), 2)
+        await provider.aclose()
+
+
 # ----------------------------------------------------------------- the adapter alone
 
 
