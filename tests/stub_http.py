@@ -69,6 +69,7 @@ class StubServer:
         self.streaming = asyncio.Event()  # set when a hanging stream sent its chunks
         self._replies: list[Reply] = []
         self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
 
     @property
@@ -91,15 +92,23 @@ class StubServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        # Keep-alive connections a client left open end with the server, not with the loop.
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         try:
             while await self._one(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
+            self._connections.discard(task)
             writer.close()
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
