@@ -1,6 +1,6 @@
 """Fewer PostgreSQL round trips per command (issue 16): a command's write transaction is
-ONE round trip (pipeline mode: BEGIN, its statements, the NOTIFY and COMMIT behind one
-Sync), and an append serves its context's last position from what the session's writer
+ONE round trip (one simple-query string: BEGIN, its statements, the NOTIFY and COMMIT),
+and an append serves its context's last position from what the session's writer
 knows instead of reading it. Counted from libpq's protocol trace on the writer's real
 connection; the positions are checked against a writer that reads them every time.
 """
@@ -65,12 +65,13 @@ async def test_an_append_is_one_round_trip_with_its_notify_last_before_commit() 
     with _traced(conn) as messages:
         entry = await c.append("user", "one round trip")
     done = _completed(messages)
-    # Check: one Sync answered once; BEGIN first, the session's write lock (SELECT
-    # pg_advisory_xact_lock), then rows, NOTIFY, COMMIT.
+    # Check: one round trip; BEGIN first, the session's write lock (SELECT
+    # pg_advisory_xact_lock), then rows, NOTIFY, the commit mode (durability "process":
+    # SET LOCAL synchronous_commit = off), COMMIT.
     assert _round_trips(messages) == 1, messages
-    assert done[0] == "BEGIN" and done[1] == "SELECT 1" and done[-1] == "COMMIT", done
+    assert done[0] == "BEGIN" and done[1] == "SELECT 1" and done[-2:] == ["SET", "COMMIT"], done
     # The only other SELECT is the NOTIFY (SELECT pg_notify): no read of the last position.
-    assert done[-2] == "SELECT 1" and done.count("SELECT 1") == 2, done
+    assert done[-3] == "SELECT 1" and done.count("SELECT 1") == 2, done
     assert (await c.snapshot()).context[-1] == entry
     await h.close()
 
