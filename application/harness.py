@@ -141,8 +141,10 @@ class Harness:
             storage: a URL (``sqlite:///path.db``, ``memory://``, ``postgresql://...``) or a
                 ready ``Storage``.
             session: the session name; many sessions can share one database.
-            durability: ``"process"`` (default: survives a process crash) or ``"fsync"``
-                (flush every commit to disk: survives power loss).
+            durability: ``"process"`` (default: survives a crash of this process; SQLite
+                ``synchronous=NORMAL``, PostgreSQL commits without waiting for the WAL flush,
+                so a crash of the server's machine may lose its last ~0.6 s of commits) or
+                ``"fsync"`` (flush every commit to disk: survives power loss).
             read_only: open for audit and reads only; appends no claim, writes nothing
                 (SQLite ``mode=ro``, PostgreSQL read-only transactions) and needs no
                 definitions or provider.
