@@ -65,8 +65,8 @@ class ProtocolTrace:
         self._offsets = {id(f): f.tell() for f, _ in self.files}
 
     def counts(self) -> Counter[str]:
-        """Statements (Bind or simple Query), round trips (ReadyForQuery) and COMMITs
-        since ``mark``."""
+        """Statements (CommandComplete: a simple-query string of ten counts ten), round
+        trips (ReadyForQuery) and COMMITs since ``mark``."""
         out: Counter[str] = Counter()
         for f, _ in self.files:
             f.seek(self._offsets.get(id(f), 0))
@@ -76,8 +76,8 @@ class ProtocolTrace:
                     continue
                 who, kind = parts[0], parts[2]
                 detail = parts[3] if len(parts) > 3 else ""
-                if who == "F" and kind in ("Bind", "Query"):
-                    out["statements"] += 1
+                if who == "B" and kind == "CommandComplete":
+                    out["statements"] += 1  # one per statement, however they travelled
                 if who == "B" and kind == "CommandComplete" and '"COMMIT"' in detail:
                     out["commits"] += 1
                 if who == "B" and kind == "ReadyForQuery":
