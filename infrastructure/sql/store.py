@@ -794,9 +794,10 @@ class _ClientBatch:
     (``ClientCursor.mogrify``: psycopg's own quoting) and sent as one simple-query string:
     a cursor for ``work`` with the calls it makes (execute, executemany, fetchone,
     fetchall). Against psycopg's pipeline mode with server-side parameters it costs the
-    client about a third of the CPU per transaction (benchmarks/pg_statement_shape_bench)
-    and the server one parse per string instead of a Parse/Bind/Execute per statement —
-    the writer's CPU per command is what bounds a session's throughput (issue 16)."""
+    client about a third of the SQL CPU per transaction (benchmarks/pg_statement_shape_bench;
+    the writer's CPU per command is what bounds a session's throughput, issue 16). The
+    trade: the server parses and plans every statement every time, where the pipeline's
+    statements were prepared after a few runs (docs/benchmarks.md, "second pass")."""
 
     def __init__(self, conn: Any) -> None:
         from psycopg import ClientCursor  # loaded already: conn is psycopg's
