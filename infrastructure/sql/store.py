@@ -130,8 +130,9 @@ class SqlDatabase:
         # other connection about to take the write lock, or to read streams, commits
         # them first (RawWriter.flush_pending), so one session's open batch can never
         # block another's BEGIN IMMEDIATE on the same thread. PostgreSQL's are one set
-        # for the process: a claim's LOCK TABLE waits for every open batch in the
-        # database, whatever URL or SqlDatabase its writer came from.
+        # for the process: a claim waits on the session's advisory lock, which another
+        # handle's open batch of that session may hold, whatever URL or SqlDatabase its
+        # writer came from (``RawWriter.exclusive`` flushes them first).
         self.pending: set[RawWriter] = set() if self.dialect == "sqlite" else _PG_PENDING
         #: A read-only connection held on an existing SQLite file until it is verified.
         self.guard: Any = None
