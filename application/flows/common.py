@@ -15,6 +15,7 @@ from pico.application.model import ModelProvider
 from pico.application.projection import Projection, ProjectionCache
 from pico.application.telemetry import Telemetry
 from pico.application.tools import ToolRegistry
+from pico.domain.errors import InvalidJsonError
 from pico.domain.json import JsonObject, JsonValue, strict_json
 from pico.domain.values import Entry, TaskSnapshot
 
@@ -67,7 +68,10 @@ def request_options(provider: ModelProvider) -> JsonObject:
     method = getattr(provider, "request_options", None)
     options = strict_json(method() if callable(method) else {}, what="provider request_options()")
     if not isinstance(options, dict):
-        raise TypeError("provider request_options() must return a JSON object")
+        raise InvalidJsonError(
+            f"provider request_options() must return a JSON object, not "
+            f"{type(options).__name__}; return e.g. {{'temperature': 0.2}}"
+        )
     return options
 
 

@@ -102,3 +102,22 @@ async def test_a_provider_without_request_options_stores_none(backend: Backend) 
     (generation,) = (await h.tasks(conversation_ids=[c.id], kind="generation")).items
     assert isinstance(generation.state, dict) and "options" not in generation.state
     await h.close()
+
+
+class _BadOptionsProvider(FauxProvider):
+    def request_options(self) -> Any:
+        return ["temperature", 0.2]
+
+
+async def test_request_options_that_are_not_a_json_object_are_refused_and_change_nothing(
+    backend: Backend,
+) -> None:
+    h = await backend.open(provider=_BadOptionsProvider(["hi"]))
+    c = await h.root()
+    with pytest.raises(pico.InvalidJsonError, match="request_options"):
+        await c.accept("hello")
+    # Check: nothing was admitted and the handle stays usable.
+    assert (await c.entries()).items == ()
+    assert (await h.tasks(conversation_ids=[c.id], kind="generation")).items == ()
+    await c.append("user", "still usable")
+    await h.close()
