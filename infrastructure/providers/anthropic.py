@@ -35,7 +35,13 @@ from pico.application.model import (
 )
 from pico.domain.errors import ConfigurationError, InvalidArgumentError
 from pico.domain.json import JsonObject, JsonValue, strict_json
-from pico.infrastructure.providers.common import classify_status, retry_after
+from pico.infrastructure.providers.common import (
+    cause,
+    classify_status,
+    redact,
+    retry_after,
+    safe_url,
+)
 
 try:
     import anthropic
@@ -162,12 +168,12 @@ class AnthropicProvider:
     def request_options(self) -> JsonObject:
         """What a generation captures when it is created and every attempt sends:
         ``max_tokens`` and the constructor's options (never the key)."""
-        return {"max_tokens": self._max_tokens, **_strict_options(self._options)}
+        return {"max_tokens": self._max_tokens, **self._options}  # checked and copied once
 
     def fingerprint(self) -> JsonObject:
         """The non-secret identity the resume gate hashes: the API, the endpoint's host,
         the request options and whether the prompt cache is used."""
-        host = urlsplit(str(self._client.base_url)).hostname or ""
+        host = urlsplit(safe_url(self._client.base_url)).hostname or ""
         return {
             "api": "anthropic-messages",
             "host": host,
@@ -250,11 +256,14 @@ class AnthropicProvider:
                 usage=reading.usage(),
             ) from None
         except anthropic.APIConnectionError as error:
-            raise ProviderError(
-                f"could not reach Anthropic at {self._client.base_url} ({error.message} "
-                f"{_cause(error)}); the generation retries; check the network or base_url",
-                kind="retryable",
-                usage=reading.usage(),
+            raise self._secret_free(
+                ProviderError(
+                    f"could not reach Anthropic at {safe_url(self._client.base_url)} "
+                    f"({error.message} {cause(error)}); the generation retries; check the "
+                    "network or base_url",
+                    kind="retryable",
+                    usage=reading.usage(),
+                )
             ) from None
         except json.JSONDecodeError as error:
             raise ProviderError(
@@ -264,11 +273,13 @@ class AnthropicProvider:
                 usage=reading.usage(),
             ) from None
         except (httpx2.HTTPError, httpx2.StreamError) as error:
-            raise ProviderError(
-                f"the connection to Anthropic broke mid-stream ({type(error).__name__}: "
-                f"{error}); the generation retries",
-                kind="retryable",
-                usage=reading.usage(),
+            raise self._secret_free(
+                ProviderError(
+                    f"the connection to Anthropic broke mid-stream ({type(error).__name__}: "
+                    f"{error}); the generation retries",
+                    kind="retryable",
+                    usage=reading.usage(),
+                )
             ) from None
         except anthropic.AnthropicError as error:
             raise self._secret_free(
@@ -294,10 +305,7 @@ class AnthropicProvider:
     def _secret_free(self, error: ProviderError) -> ProviderError:
         """The error with the client's key or token masked, should a server (or a proxy)
         echo it in its message: a ProviderError's message is stored with the input."""
-        message = str(error)
-        for secret in (self._client.api_key, self._client.auth_token):
-            if secret and len(secret) >= 8 and secret in message:
-                message = message.replace(secret, "[redacted]")
+        message = redact(str(error), (self._client.api_key, self._client.auth_token))
         if message == str(error):
             return error
         return ProviderError(
@@ -584,8 +592,3 @@ def _body_text(body: object) -> str:
         return "no message"
     text = body if isinstance(body, str) else json.dumps(body, default=str)
     return text[:300]
-
-
-def _cause(error: BaseException) -> str:
-    cause = error.__cause__ or error.__context__
-    return f"{type(cause).__name__}: {cause}" if cause is not None else ""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import email.utils
 import math
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
+from urllib.parse import urlsplit
 
 # A hint longer than this is not honoured as given: a generation task would sleep for
 # hours on a misconfigured proxy's header. The retry policy's own delay applies then.
@@ -69,3 +71,35 @@ def _bounded(seconds: float) -> float | None:
     if seconds > MAX_RETRY_AFTER:
         return None
     return seconds
+
+
+#: What an API key looks like when a server or a proxy echoes one (OpenAI's ``sk-...``,
+#: Anthropic's ``sk-ant-...``): masked even when it is not the adapter's own.
+KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}")
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with each of the adapter's ``secrets`` and anything key-like masked: a
+    ProviderError's message is stored with the input it failed, forever."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return KEY_LIKE.sub("sk-***", text)
+
+
+def safe_url(url: object) -> str:
+    """An endpoint as a message may name it: scheme, host, port and path; no userinfo,
+    no query (either may carry a credential)."""
+    parts = urlsplit(str(url))
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path.rstrip('/')}"
+
+
+def cause(error: BaseException) -> str:
+    """What lies under a transport error (its cause, else itself), for a message."""
+    inner = error.__cause__ or error.__context__
+    if inner is not None and str(inner):
+        return f"{type(inner).__name__}: {inner}"
+    return f"{type(error).__name__}: {error}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 import uuid
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -45,7 +44,13 @@ from pico.application.model import (
 )
 from pico.domain.errors import ConfigurationError, InvalidArgumentError
 from pico.domain.json import JsonObject, JsonValue, is_strict_json, strict_json
-from pico.infrastructure.providers.common import classify_status, retry_after
+from pico.infrastructure.providers.common import (
+    cause,
+    classify_status,
+    redact,
+    retry_after,
+    safe_url,
+)
 
 __all__ = ["OpenAIProvider"]
 
@@ -72,8 +77,6 @@ _OVERFLOW_MARKERS = (
     "prompt is too long",
     "too many tokens",
 )
-
-_KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}")
 
 
 class OpenAIProvider:
@@ -172,11 +175,7 @@ class OpenAIProvider:
     @property
     def base_url(self) -> str:
         """The API root without credentials or query (what ``fingerprint()`` names)."""
-        parts = urlsplit(str(self._client.base_url))
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return f"{parts.scheme}://{host}{parts.path.rstrip('/')}"
+        return safe_url(self._client.base_url)
 
     def request_options(self) -> JsonObject:
         """The options a generation captures when it is created (never secrets)."""
@@ -248,7 +247,7 @@ class OpenAIProvider:
             )
         if isinstance(error, openai.APIConnectionError) or _is_transport(error):
             return ProviderError(
-                f"the connection to {host} failed ({self._redact(_cause(error))}); it is "
+                f"the connection to {host} failed ({self._redact(cause(error))}); it is "
                 "retried: check base_url and the network if it persists",
                 kind="retryable",
                 usage=usage,
@@ -309,9 +308,7 @@ class OpenAIProvider:
         return ProviderError(f"{advice} ({where})", kind="fatal", usage=usage)
 
     def _redact(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "***")
-        return _KEY_LIKE.sub("sk-***", text)
+        return redact(text, (self._secret,))
 
 
 @dataclass
@@ -556,13 +553,6 @@ def _is_transport(error: BaseException) -> bool:
     """An HTTP transport error the SDK let through (older SDKs do, mid-stream)."""
     root = type(error).__module__.split(".")[0]
     return root in ("httpx", "httpx2", "httpcore", "h11", "anyio") or isinstance(error, OSError)
-
-
-def _cause(error: BaseException) -> str:
-    inner = error.__cause__ or error.__context__
-    if inner is not None and str(inner):
-        return f"{type(inner).__name__}: {inner}"
-    return f"{type(error).__name__}: {error}"
 
 
 def _client_key(client: openai.AsyncOpenAI) -> str:

@@ -477,7 +477,7 @@ async def test_a_bad_key_fails_the_input_and_is_stored_nowhere(
         assert len(stub.requests) == 1  # fatal: never retried
         records = h.audit(limit=10_000)
         assert records and KEY not in json.dumps([r.payload for r in records], default=str)
-        assert KEY not in result.reason and "[redacted]" in result.reason
+        assert KEY not in result.reason and "***" in result.reason
         await h.close()
 
 
@@ -581,6 +581,22 @@ async def test_an_unreachable_server_is_retryable() -> None:
         async for _ in provider.stream(request):
             pass
     assert caught.value.kind == "retryable" and "could not reach Anthropic" in str(caught.value)
+
+
+async def test_an_unreachable_server_names_its_endpoint_without_credentials() -> None:
+    async with StubServer() as gone:
+        port = gone.port
+    secret = "tok-in-the-url-" + KEY[-6:]
+    provider = AnthropicProvider(
+        base_url=f"http://user:{secret}@127.0.0.1:{port}/?token={secret}", api_key=KEY, timeout=5
+    )
+    request = pico.Request(model=MODEL, messages=(pico.Message("user", (pico.TextPart("hi"),)),))
+    with pytest.raises(pico.ProviderError) as caught:
+        async for _ in provider.stream(request):
+            pass
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message  # which endpoint failed
+    assert secret not in message and KEY not in message, message
 
 
 # --- cancellation ------------------------------------------------------------------------
