@@ -266,10 +266,13 @@ async def main() -> None:
         trace.set_tracer_provider(provider)
     c = await h.root()
     _, result = await c.prompt("hello")
+    # What the harness's own telemetry does with a span now: records it only with an SDK.
+    recording = h._line.telemetry.tracer.start_span("probe").is_recording()
     await h.close()
     names = sorted({s.name for s in exporter.get_finished_spans()}) if traced else []
     print(json.dumps({
         "status": result.status if result else None,
+        "recording": recording,
         "names": names,
         "pico_handlers": len(logging.getLogger("pico").handlers),
         "child_handlers": sum(
@@ -298,6 +301,7 @@ def test_without_a_tracer_provider_nothing_is_recorded_and_no_handler_is_added()
     seen = _run("none")
     assert seen == {
         "status": "done",
+        "recording": False,  # the API's no-op: nothing the harness starts is recorded
         "names": [],
         "pico_handlers": 0,
         "child_handlers": 0,
@@ -311,6 +315,7 @@ def test_the_default_telemetry_honours_the_global_tracer_provider() -> None:
     seen = _run("sdk")
     assert seen["status"] == "done"
     assert seen["names"] == ["chat default", "pico.command", "pico.task generation"]
+    assert seen["recording"] is True
     assert seen["pico_handlers"] == 0 and seen["root_unchanged"] is True
 
 

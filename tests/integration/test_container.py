@@ -183,8 +183,11 @@ async def test_a_telemetry_object_is_used_as_is() -> None:
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     app = service("memory://")
-    app.pico.telemetry.override(Telemetry(tracer=tracer_provider.get_tracer("t")))
+    telemetry = Telemetry(tracer=tracer_provider.get_tracer("t"))
+    app.pico.telemetry.override(telemetry)
     h = await app.pico.harness()
+    # Check: the harness traces through the very object, not a re-wrapping of its tracer.
+    assert h._line.telemetry is telemetry
     await h.close()  # opening creates the root conversation: one command
     assert [s.name for s in exporter.get_finished_spans()].count("pico.command") >= 1
 
