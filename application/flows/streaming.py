@@ -36,7 +36,7 @@ async def stream_response(
     request: Request,
     ctx: TaskExecution,
     frames: Any,
-    telemetry: Telemetry | None = None,
+    telemetry: Telemetry,
 ) -> Response | Deferred | None:
     """Consume one provider stream, writing frames to the working scope, racing the
     execution's stop signal: an abort stops streaming at once (None). Frames are buffered:
@@ -45,11 +45,15 @@ async def stream_response(
     ``chat {model}`` span of ``telemetry`` (telemetry.py)."""
     if ctx.signal.is_set():
         return None
-    if telemetry is not None:
-        with telemetry.request(provider, request) as span:
-            outcome = await stream_response(provider, request, ctx, frames)
-            telemetry.responded(span, outcome)
-            return outcome
+    with telemetry.request(provider, request) as span:
+        outcome = await _stream(provider, request, ctx, frames)
+        telemetry.responded(span, outcome)
+        return outcome
+
+
+async def _stream(
+    provider: ModelProvider, request: Request, ctx: TaskExecution, frames: Any
+) -> Response | Deferred | None:
     events = provider.stream(request).__aiter__()
 
     async def consume() -> Response | Deferred:
