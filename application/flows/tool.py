@@ -40,6 +40,7 @@ from pico.application.tools import (
     OUTPUT_CAP,
     TRUNCATED,
     JobDelegation,
+    Tool,
     ToolArgumentsError,
     ToolContext,
     ToolDelegation,
@@ -143,10 +144,7 @@ class ToolTaskDefinition(TaskDefinition):
             await ctx.working(append_frame(frames, text))
 
         tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
-        telemetry = self.services.telemetry
-        with telemetry.tool(name, call.call_id) as span:
-            outcome = await tool.run(args, tool_ctx)
-            telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())
+        outcome = await self._run(tool, args, tool_ctx, ctx)
         if outcome.delegation is not None:  # the call continues as a subagent (§5.5)
             await self._delegate(task, ctx, running, outcome.delegation)
             return
@@ -392,17 +390,22 @@ class ToolTaskDefinition(TaskDefinition):
             message = no_longer_offered(str(state.get("name")))
             await self._result(task, ctx, state, message, is_error=True)
             return
-        telemetry = self.services.telemetry
-        with telemetry.tool(tool.name, str(state.get("call_id"))) as span:  # a replay
-            outcome = await tool.run(
-                state.get("arguments"),
-                ToolContext(
-                    call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal
-                ),
-            )
-            telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())
+        replay = ToolContext(
+            call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal
+        )
+        outcome = await self._run(tool, state.get("arguments"), replay, ctx)
         # A replayed run's result passes the result hooks like the first run's would have.
         await self._processed(task, ctx, state, _stored_call(task, state), outcome)
+
+    async def _run(
+        self, tool: Tool, args: JsonValue, tool_ctx: ToolContext, ctx: TaskExecution
+    ) -> ToolOutcome:
+        """One invocation (a first run or a replay) in its ``execute_tool`` span."""
+        telemetry = self.services.telemetry
+        with telemetry.tool(tool.name, tool_ctx.call_id) as span:
+            outcome = await tool.run(args, tool_ctx)
+            telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())
+        return outcome
 
     async def abort(self, task: TaskSnapshot, ctx: TaskExecution) -> None:
         await self._result(task, ctx, task_state(task), "aborted", is_error=True, status="aborted")
