@@ -24,10 +24,11 @@ import json
 import pprint
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 from pico.application.clock import FakeClock
 from pico.application.conversation import ConversationHandle
@@ -41,6 +42,8 @@ from pico.domain.errors import InvalidArgumentError
 from pico.domain.json import JsonValue
 from pico.domain.values import Entry, TaskSnapshot
 from pico.infrastructure import memory
+
+_P = ParamSpec("_P")
 
 __all__ = [
     "Rig",
@@ -399,36 +402,25 @@ def _drop_memory(name: str) -> None:
         memory._named.pop(name, None)
 
 
-@contextlib.asynccontextmanager
-async def harness(
-    *,
-    script: Iterable[ScriptItem] = (),
-    tools: Iterable[Tool] = (),
-    storage: str = "memory",
-    tmp_path: str | Path | None = None,
-    provider: FauxProvider | None = None,
-    clock: FakeClock | None = None,
-    hooks: Hooks | None = None,
-    session: str = "main",
-    **options: Any,
-) -> AsyncIterator[Rig]:
-    """Open a throwaway session for a test (a ``Rig``; the arguments are
-    ``open_rig``'s) and close and discard it on exit."""
-    rig = await open_rig(
-        script=script,
-        tools=tools,
-        storage=storage,
-        tmp_path=tmp_path,
-        provider=provider,
-        clock=clock,
-        hooks=hooks,
-        session=session,
-        **options,
-    )
-    try:
-        yield rig
-    finally:
-        await rig.close()
+def _closing(
+    opener: Callable[_P, Awaitable[Rig]],
+) -> Callable[_P, AbstractAsyncContextManager[Rig]]:
+    """``opener`` as an async context manager that closes (and discards) the rig on exit."""
+
+    @contextlib.asynccontextmanager
+    async def opened(*args: _P.args, **kwargs: _P.kwargs) -> AsyncIterator[Rig]:
+        rig = await opener(*args, **kwargs)
+        try:
+            yield rig
+        finally:
+            await rig.close()
+
+    return opened
+
+
+#: ``async with pico.testing.harness(...) as t:`` -- ``open_rig``'s arguments; the rig is
+#: closed and its storage discarded on exit.
+harness = _closing(open_rig)
 
 
 # ---------------------------------------------------------------------- pytest plugin
