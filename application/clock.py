@@ -45,6 +45,11 @@ class FakeClock:
         heapq.heappush(self._sleepers, (when, next(self._order), future))
         await future
 
+    def next_wake(self) -> float | None:
+        """When the earliest sleeper still waiting is due (None: nobody sleeps)."""
+        pending = [when for when, _, future in self._sleepers if not future.done()]
+        return min(pending) if pending else None
+
     def advance(self, seconds: float) -> None:
         self._now += seconds
         while self._sleepers and self._sleepers[0][0] <= self._now:

@@ -41,6 +41,12 @@ _named: dict[str, MemoryDatabase] = {}
 _named_lock = threading.Lock()
 
 
+def drop_database(name: str) -> None:
+    """Forget the named memory database (``memory://name``); a later open starts empty."""
+    with _named_lock:
+        _named.pop(name, None)
+
+
 def named_database(name: str) -> MemoryDatabase:
     if not name:
         return MemoryDatabase()

@@ -199,7 +199,7 @@ class Rig:
                         break
                 if driving.done():
                     break
-                wake = _next_wake(self.clock)
+                wake = self.clock.next_wake()
                 if advance_timers and wake is not None:
                     self.clock.advance(max(0.0, wake - self.clock.now()))
                 else:
@@ -326,14 +326,6 @@ class Rig:
         assert_rows(got, expected, what=f"{kind} task statuses")
 
 
-def _next_wake(clock: FakeClock) -> float | None:
-    # FakeClock keeps its sleepers in a heap of (when, order, future); this module ships
-    # with it, so it may read it rather than widen the clock's public surface.
-    sleepers: list[tuple[float, int, asyncio.Future[None]]] = getattr(clock, "_sleepers", [])
-    pending = [when for when, _, future in sleepers if not future.done()]
-    return min(pending) if pending else None
-
-
 async def open_rig(
     *,
     script: Iterable[ScriptItem] = (),
@@ -373,7 +365,7 @@ async def open_rig(
     if storage == "memory":
         name = f"pico-testing-{uuid.uuid4().hex}"
         url = f"memory://{name}"
-        cleanup.append(functools.partial(_drop_memory, name))
+        cleanup.append(functools.partial(memory.drop_database, name))
     elif storage == "sqlite":
         if tmp_path is not None:
             directory = Path(tmp_path)
@@ -394,12 +386,6 @@ async def open_rig(
             step()
         raise
     return Rig(h, provider, clock, url, await h.root(), opened, cleanup)
-
-
-def _drop_memory(name: str) -> None:
-    # A named memory database lives as long as the process; this one is the rig's.
-    with memory._named_lock:
-        memory._named.pop(name, None)
 
 
 def _closing(
