@@ -15,6 +15,7 @@ import re
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -610,10 +611,8 @@ class RawWriter:
         self.lost = exc
         self._end_batch()
         if self._fairy is not None:
-            try:
-                self._fairy.driver_connection.rollback()
-            except Exception:  # the connection is gone: drop it
-                self.close()
+            conn = self._fairy.driver_connection
+            self._rollback(conn, None)
 
     @contextmanager
     def exclusive(self, session_id: str) -> Iterator[None]:
@@ -660,7 +659,8 @@ class RawWriter:
         if self.lost is not None:
             raise RuntimeError(f"a deferred batch of this session was lost: {self.lost!r}")
         conn = self.connection()
-        cur = conn.cursor()
+        # PostgreSQL's statements go through ``_ClientBatch``; SQLite's through a cursor.
+        cur: Any = conn.cursor() if self.sqlite else None
         held, self.held = self.held, False
         try:
             if not self.sqlite:
@@ -722,7 +722,8 @@ class RawWriter:
                 raise translated from exc
             raise
         finally:
-            cur.close()
+            if cur is not None:
+                cur.close()
 
     def abandon(self, reason: str) -> None:
         """The owner faulted (its lease lost, say): an open deferred batch must never
@@ -777,6 +778,9 @@ class RawWriter:
                     cur.execute("ROLLBACK")
             else:
                 conn.rollback()
+                if _PREPARED.pop(conn, None):
+                    # Which of the failed string's PREPAREs ran is unknown: none is kept.
+                    conn.execute("DEALLOCATE ALL")
         except Exception:  # the connection is gone: drop it, the caller faults
             self.close()
 
@@ -791,70 +795,180 @@ class RawWriter:
 
 
 class _ClientBatch:
-    """A PostgreSQL write transaction's statements, bound on the client
-    (``ClientCursor.mogrify``: psycopg's own quoting) and sent as one simple-query string:
-    a cursor for ``work`` with the calls it makes (execute, executemany, fetchone,
-    fetchall). Against psycopg's pipeline mode with server-side parameters it costs the
-    client about a third of the SQL CPU per transaction (benchmarks/pg_statement_shape_bench;
-    the writer's CPU per command is what bounds a session's throughput, issue 16). The
-    trade: the server parses and plans every statement every time, where the pipeline's
-    statements were prepared after a few runs (docs/benchmarks.md, "second pass")."""
+    """A PostgreSQL write transaction's statements, bound on the client and sent as one
+    simple-query string: a cursor for ``work`` with the calls it makes (execute,
+    executemany, fetchone, fetchall). Each statement with parameters is prepared once per
+    connection (``PREPARE``, in the string before its first use) and sent as ``EXECUTE
+    name(literal, ...)``: the server neither parses nor plans it again, and the client
+    binds a few dozen values per command with ``_literal`` instead of psycopg's general
+    dumpers. A string without a read goes out through libpq's ``PQexec`` (one call, the
+    GIL released, only the last result or the first error kept), skipping psycopg's
+    cursor and result machinery for the ten results nobody reads; a read goes through
+    a ``ClientCursor``. This is what bounds one session's commands/s: the client's CPU per
+    command, then the server's, serially (issue 16; docs/benchmarks.md)."""
 
     def __init__(self, conn: Any) -> None:
-        from psycopg import ClientCursor  # loaded already: conn is psycopg's
-
-        self._cur = ClientCursor(conn)
+        self._conn = conn
+        self._cur: Any = None
         self._parts: list[str] = []
+        self._prepared = _PREPARED.setdefault(conn, {})
+
+    def _cursor(self) -> Any:
+        if self._cur is None:
+            from psycopg import ClientCursor  # loaded already: conn is psycopg's
+
+            self._cur = ClientCursor(self._conn)
+        return self._cur
 
     def execute(self, statement: str, params: Sequence[Any] | None = None) -> None:
-        self._parts.append(statement if params is None else self._cur.mogrify(statement, params))
+        if params is None:
+            self._parts.append(statement)
+            return
+        call = self._prepared.get(statement)
+        if call is None:
+            call = self._prepare(statement, len(params))
+        self._parts.append(self._bind(call, params))
+
+    def _prepare(self, statement: str, count: int) -> tuple[str, ...]:
+        """Queue ``PREPARE`` of a statement this connection has not prepared (it runs
+        before the EXECUTE in the same string; a PREPARE survives the transaction's
+        rollback) and answer the fragments of its EXECUTE."""
+        name = f"pico_{len(self._prepared)}"
+        numbers = iter(range(1, count + 1))
+        text = _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else f"${next(numbers)}", statement)
+        self._parts.append(f"PREPARE {name} AS {text}")
+        call = (f"EXECUTE {name}(", *([","] * (count - 1)), ")") if count else (f"EXECUTE {name}",)
+        self._prepared[statement] = call
+        return call
+
+    def _bind(self, fragments: Sequence[str], params: Sequence[Any]) -> str:
+        """``fragments`` (a statement split at its placeholders) with ``params`` between
+        them as SQL literals (``_literal``; psycopg's own quoting for any other type)."""
+        if len(fragments) != len(params) + 1:
+            raise TypeError(f"{len(fragments) - 1} placeholders for {len(params)} parameters")
+        out = [fragments[0]]
+        for value, fragment in zip(params, fragments[1:], strict=True):
+            literal = _literal(value)
+            out.append(self._cursor().mogrify("%s", (value,)) if literal is None else literal)
+            out.append(fragment)
+        return "".join(out)
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
-        mogrify = self._cur.mogrify
         rows = list(rows)
         split = _multi_row(statement) if len(rows) > 1 else None
         if split is None:
-            self._parts.extend(mogrify(statement, row) for row in rows)
+            for row in rows:
+                self.execute(statement, row)
             return
         # A plain INSERT of several rows is ONE multi-row statement: one parse, one plan.
         head, values = split
-        self._parts.append(head + ",".join(mogrify(values, row) for row in rows))
+        self._parts.append(head + ",".join(self._bind(values, row) for row in rows))
 
     def send(self) -> None:
-        """Send what is queued (one round trip); the cursor holds the last result."""
+        """Send what is queued (one round trip); the first failing statement is raised
+        (psycopg's exception for its SQLSTATE) and the server skips the rest."""
         if not self._parts:
             return
         text = ";".join(self._parts)
         self._parts.clear()
-        self._cur.execute(text)
-        while self._cur.nextset():  # the last statement's result is the one read
-            pass
+        conn = self._conn
+        result = conn.pgconn.exec_(text.encode(conn.info.encoding))
+        if result.status not in _PQ_OK:
+            from psycopg.errors import error_from_result
+
+            raise error_from_result(result, encoding=conn.info.encoding)
+
+    def _query(self) -> Any:
+        """Send what is queued through the cursor, which then holds the last result."""
+        cur = self._cursor()
+        if self._parts:
+            text = ";".join(self._parts)
+            self._parts.clear()
+            cur.execute(text)
+            while cur.nextset():  # the last statement's result is the one read
+                pass
+        return cur
 
     def fetchone(self) -> Any:
-        self.send()
-        return self._cur.fetchone()
+        return self._query().fetchone()
 
     def fetchall(self) -> list[Any]:
-        self.send()
-        return self._cur.fetchall()
+        rows: list[Any] = self._query().fetchall()
+        return rows
 
     def close(self) -> None:
         self._parts.clear()
-        self._cur.close()
+        if self._cur is not None:
+            self._cur.close()
 
 
-_MULTI_ROW: dict[str, tuple[str, str] | None] = {}
+# libpq's ExecStatusType of a statement that succeeded: EMPTY_QUERY, COMMAND_OK, TUPLES_OK.
+_PQ_OK = (0, 1, 2)
+# The writer's statements each connection has prepared: statement -> its EXECUTE, split
+# at its placeholders (``_ClientBatch._bind``).
+# Forgotten (and the server's deallocated) when a write transaction fails, as it cannot
+# tell which of its PREPAREs ran (``RawWriter._rollback``).
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, ...]]] = weakref.WeakKeyDictionary()
+_PLACEHOLDER = re.compile(r"%%|%s")
+_MULTI_ROW: dict[str, tuple[str, tuple[str, ...]] | None] = {}
 _PLAIN_INSERT = re.compile(r"(INSERT INTO [^;]+? VALUES )(\([^()]*\))", re.S)
 
 
-def _multi_row(statement: str) -> tuple[str, str] | None:
+def _multi_row(statement: str) -> tuple[str, tuple[str, ...]] | None:
     """``(head, values)`` of a plain ``INSERT ... VALUES (%s, ...)`` (nothing after its one
     row of placeholders: no ON CONFLICT, whose DO UPDATE may not touch a row twice in one
-    statement, no RETURNING), or None."""
+    statement, no RETURNING), its row split at the placeholders, or None."""
     if statement not in _MULTI_ROW:
         found = _PLAIN_INSERT.fullmatch(statement.strip())
-        _MULTI_ROW[statement] = None if found is None else (found.group(1), found.group(2))
+        _MULTI_ROW[statement] = (
+            None
+            if found is None
+            else (found.group(1).replace("%%", "%"), _fragments(found.group(2)))
+        )
     return _MULTI_ROW[statement]
+
+
+def _fragments(statement: str) -> tuple[str, ...]:
+    """A psycopg-style statement split at its ``%s`` placeholders (``%%`` is ``%``)."""
+    out: list[str] = []
+    current: list[str] = []
+    for piece in re.split(r"(%%|%s)", statement):
+        if piece == "%s":
+            out.append("".join(current))
+            current = []
+        else:
+            current.append("%" if piece == "%%" else piece)
+    out.append("".join(current))
+    return tuple(out)
+
+
+def _literal(value: Any) -> str | None:
+    """``value`` as a PostgreSQL literal for the types the writer binds, or None for
+    psycopg's own quoting (``ClientCursor.mogrify``, which this matches: a text with a
+    NUL byte is left to psycopg, which refuses it). Text goes as a standard string
+    (quotes doubled) or, holding a backslash, an escape string (``E'...'``, backslashes
+    doubled too), which reads the same whatever ``standard_conforming_strings`` is; bytes
+    as hex bytea; a negative number after a space (``x -1``, never ``x--1``, a comment).
+    The writer binds a few dozen values per command: psycopg's general dumper
+    machinery was a fifth of its client CPU (issue 16)."""
+    kind = type(value)
+    if kind is str:
+        text: str = value
+        if "\x00" in text:
+            return None
+        if "\\" in text:
+            return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+        return "'" + text.replace("'", "''") + "'"
+    if kind is int:
+        return f" {value}" if value < 0 else str(value)
+    if value is None:
+        return "NULL"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is bytes:
+        data: bytes = value
+        return "E'\\\\x" + data.hex() + "'::bytea"
+    return None
 
 
 # What psycopg's implicit BEGIN sent on the writer's connection (SQLAlchemy's default

@@ -1,0 +1,129 @@
+"""The PostgreSQL writer's statements are prepared once per connection and bound on the
+client as literals (issue 16): a command's one simple-query string carries ``EXECUTE
+name(literal, ...)`` calls, so the server neither parses nor plans them again. Checked
+against the real server: every literal reads back as the value it was made from (with
+``standard_conforming_strings`` on and off); a statement is prepared once per connection;
+a failed transaction, which cannot tell which of its PREPAREs ran, forgets them and the
+server's, and the next transaction prepares again and commits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pico
+from pico.infrastructure.sql import store
+from tests.backends import require_postgres
+from tests.integration.test_pg_round_trips import _completed, _traced, _writer_conn
+
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.binary(max_size=64),
+    st.lists(
+        st.one_of(
+            st.sampled_from(["'", "\\", "''", "\\'", "--", ";", "$1", "%s", "%%", "E'", "\n"]),
+            st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
+        ),
+        max_size=8,
+    ).map("".join),
+)
+
+
+@pytest.fixture(scope="module")
+def conn() -> Any:
+    import psycopg
+
+    url = require_postgres("the prepared-statement tests")
+    with psycopg.connect(
+        url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+    ) as c:
+        yield c
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(value=VALUES)
+def test_every_literal_reads_back_as_its_value(conn: Any, conforming: str, value: Any) -> None:
+    conn.execute(f"SET standard_conforming_strings = {conforming}")
+    literal = store._literal(value)
+    assert literal is not None
+    if isinstance(value, int) and not isinstance(value, bool):
+        # After a minus, a negative number must not make a comment (``1--3``).
+        got = conn.execute(f"SELECT 0::numeric-{literal}, ({literal})::int8").fetchone()
+        assert got[0] == -value and got[1] == value
+        return
+    got = conn.execute(f"SELECT {literal}").fetchone()[0]
+    if isinstance(value, bool) or value is None:
+        assert got is value
+    else:
+        assert got == value and type(got) is type(value)
+
+
+def test_what_psycopg_quotes_itself_is_left_to_it() -> None:
+    # A NUL byte (which psycopg refuses with its own error), floats, anything else.
+    assert store._literal("a\x00b") is None
+    assert store._literal(1.5) is None
+    assert store._literal(b"\x00\xff") == "E'\\\\x00ff'::bytea"
+    assert store._literal(-3) == " -3" and store._literal(True) == "true"
+
+
+async def test_a_statement_is_prepared_once_per_connection_and_executed_after() -> None:
+    url = require_postgres("the prepared-statement tests")
+    h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
+    c = await h.root()
+    conn = _writer_conn(h)
+    with _traced(conn) as first:
+        await c.append("user", "first")
+    with _traced(conn) as second:
+        await c.append("user", "it's \\ second")
+    assert "PREPARE" in _completed(first), _completed(first)
+    done = _completed(second)
+    assert "PREPARE" not in done, done
+    sent = [d for w, k, d in second if w == "F" and k == "Query"]
+    # One string; the single-row statements (the entry's row among them) go as EXECUTE.
+    assert len(sent) == 1 and "EXECUTE pico_" in sent[0], sent
+    assert "INSERT INTO pico_entries" not in sent[0], sent
+    assert [e.content for e in await c.context_entries()][-2:] == ["first", "it's \\ second"]
+    await h.close()
+
+
+async def test_a_failed_transaction_forgets_what_it_prepared_and_the_next_prepares_again() -> None:
+    url = require_postgres("the prepared-statement tests")
+    h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
+    c = await h.root()
+    await c.append("user", "before")
+    writer = h._line.storage.recorder.writer  # type: ignore[attr-defined]
+    conn = writer.connection()
+    fresh = "SELECT %s::int + 0 AS fresh_statement_a"
+    later = "SELECT %s::int + 0 AS fresh_statement_b"
+
+    def fails(cur: Any) -> None:
+        cur.execute(fresh, (1,))  # its PREPARE runs
+        cur.execute("SELECT 1/0")
+        cur.execute(later, (2,))  # its PREPARE never runs: the transaction aborted first
+
+    with pytest.raises(Exception, match="division by zero"):
+        writer.transaction(fails)
+    assert conn not in store._PREPARED or not store._PREPARED[conn]
+    assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+    seen: list[Any] = []
+
+    def both(cur: Any) -> None:
+        cur.execute(later, (2,))
+        cur.execute(fresh, (1,))
+        seen.append(cur.fetchone())
+
+    writer.transaction(both)
+    assert seen == [(1,)]
+    await c.append("user", "after")  # the session's own statements prepare again too
+    assert [e.content for e in await c.context_entries()] == ["before", "after"]
+    await h.close()
