@@ -8,6 +8,7 @@ WAL on SQLite, REPEATABLE READ on PostgreSQL).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -778,9 +779,7 @@ class RawWriter:
                     cur.execute("ROLLBACK")
             else:
                 conn.rollback()
-                if _PREPARED.pop(conn, None):
-                    # Which of the failed string's PREPAREs ran is unknown: none is kept.
-                    conn.execute("DEALLOCATE ALL")
+                _forget_prepared(conn)
         except Exception:  # the connection is gone: drop it, the caller faults
             self.close()
 
@@ -824,34 +823,10 @@ class _ClientBatch:
         if params is None:
             self._parts.append(statement)
             return
-        call = self._prepared.get(statement)
-        if call is None:
-            call = self._prepare(statement, len(params))
-        self._parts.append(self._bind(call, params))
-
-    def _prepare(self, statement: str, count: int) -> tuple[str, ...]:
-        """Queue ``PREPARE`` of a statement this connection has not prepared (it runs
-        before the EXECUTE in the same string; a PREPARE survives the transaction's
-        rollback) and answer the fragments of its EXECUTE."""
-        name = f"pico_{len(self._prepared)}"
-        numbers = iter(range(1, count + 1))
-        text = _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else f"${next(numbers)}", statement)
-        self._parts.append(f"PREPARE {name} AS {text}")
-        call = (f"EXECUTE {name}(", *([","] * (count - 1)), ")") if count else (f"EXECUTE {name}",)
-        self._prepared[statement] = call
-        return call
+        self._parts.append(_executed(self._prepared, self._parts, statement, params, self._cursor))
 
     def _bind(self, fragments: Sequence[str], params: Sequence[Any]) -> str:
-        """``fragments`` (a statement split at its placeholders) with ``params`` between
-        them as SQL literals (``_literal``; psycopg's own quoting for any other type)."""
-        if len(fragments) != len(params) + 1:
-            raise TypeError(f"{len(fragments) - 1} placeholders for {len(params)} parameters")
-        out = [fragments[0]]
-        for value, fragment in zip(params, fragments[1:], strict=True):
-            literal = _literal(value)
-            out.append(self._cursor().mogrify("%s", (value,)) if literal is None else literal)
-            out.append(fragment)
-        return "".join(out)
+        return _bind(fragments, params, self._cursor)
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
@@ -902,6 +877,57 @@ class _ClientBatch:
             self._cur.close()
 
 
+def _executed(
+    prepared: dict[str, tuple[str, ...]],
+    parts: list[str],
+    statement: str,
+    params: Sequence[Any],
+    cursor: Callable[[], Any],
+    *,
+    limit: int | None = None,
+) -> str:
+    """``statement`` (psycopg style) with ``params`` as ``EXECUTE name(literal, ...)`` of
+    its prepared form on the connection whose registry ``prepared`` is, queuing its
+    ``PREPARE`` into ``parts`` the first time (it runs before the EXECUTE in the same
+    string, and survives the transaction's rollback). With ``limit``, a connection that
+    holds that many prepared statements already, or a statement of more parameters than
+    ``_PREPARED_PARAMS`` (a read's IN list of one page size), gets the statement with its
+    literals instead."""
+    call = prepared.get(statement)
+    if call is None:
+        count = len(params)
+        if limit is not None and (len(prepared) >= limit or count > _PREPARED_PARAMS):
+            return _bind(_fragments(statement), params, cursor)
+        name = f"pico_{len(prepared)}"
+        numbers = iter(range(1, count + 1))
+        text = _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else f"${next(numbers)}", statement)
+        parts.append(f"PREPARE {name} AS {text}")
+        call = (f"EXECUTE {name}(", *([","] * (count - 1)), ")") if count else (f"EXECUTE {name}",)
+        prepared[statement] = call
+    return _bind(call, params, cursor)
+
+
+def _bind(fragments: Sequence[str], params: Sequence[Any], cursor: Callable[[], Any]) -> str:
+    """``fragments`` (a statement split at its placeholders) with ``params`` between them
+    as SQL literals (``_literal``; psycopg's own quoting, ``cursor().mogrify``, for any
+    other type)."""
+    if len(fragments) != len(params) + 1:
+        raise TypeError(f"{len(fragments) - 1} placeholders for {len(params)} parameters")
+    out = [fragments[0]]
+    for value, fragment in zip(params, fragments[1:], strict=True):
+        literal = _literal(value)
+        out.append(cursor().mogrify("%s", (value,)) if literal is None else literal)
+        out.append(fragment)
+    return "".join(out)
+
+
+def _forget_prepared(conn: Any) -> None:
+    """After a failed transaction on ``conn`` (rolled back): which of its string's
+    PREPAREs ran is unknown, so none is kept, on either side."""
+    if _PREPARED.pop(conn, None):
+        conn.execute("DEALLOCATE ALL")
+
+
 # libpq's ExecStatusType of a statement that succeeded: EMPTY_QUERY, COMMAND_OK, TUPLES_OK.
 _PQ_OK = (0, 1, 2)
 # The writer's statements each connection has prepared: statement -> its EXECUTE, split
@@ -910,6 +936,10 @@ _PQ_OK = (0, 1, 2)
 # tell which of its PREPAREs ran (``RawWriter._rollback``).
 _PREPARED: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, ...]]] = weakref.WeakKeyDictionary()
 _PLACEHOLDER = re.compile(r"%%|%s")
+# A read prepares a statement of at most this many parameters (its IN lists have one
+# length per page), and at most ``_READ_PREPARED`` statements per connection.
+_PREPARED_PARAMS = 8
+_READ_PREPARED = 200
 _MULTI_ROW: dict[str, tuple[str, tuple[str, ...]] | None] = {}
 _PLAIN_INSERT = re.compile(r"(INSERT INTO [^;]+? VALUES )(\([^()]*\))", re.S)
 
@@ -928,6 +958,7 @@ def _multi_row(statement: str) -> tuple[str, tuple[str, ...]] | None:
     return _MULTI_ROW[statement]
 
 
+@functools.lru_cache(maxsize=1024)
 def _fragments(statement: str) -> tuple[str, ...]:
     """A psycopg-style statement split at its ``%s`` placeholders (``%%`` is ``%``)."""
     out: list[str] = []
@@ -1610,11 +1641,11 @@ class SqlReadStore:
         )
         self._lock = threading.Lock()
         self._fairies: list[Any] = []
+        self._sql: dict[str, str] = {}  # qmark statement -> psycopg's %s style
 
     @contextmanager
     def read(self) -> Iterator[None]:
-        cur: Any = getattr(self._local, "cur", None)
-        if cur is not None:  # nested logical read: same snapshot
+        if getattr(self._local, "conn", None) is not None:  # nested logical read: same snapshot
             yield
             return
         # One held DBAPI connection per thread and an explicit read transaction: a pooled
@@ -1637,12 +1668,13 @@ class SqlReadStore:
                     # first query (``_rows``), instead of by psycopg's BEGIN alone.
                     fairy.driver_connection.autocommit = True
             conn = fairy.driver_connection
-        cur = conn.cursor()
         broken = False
         try:
             if not self._pg and not own:
-                cur.execute("BEGIN")  # deferred: a WAL snapshot from the first read
-            self._local.cur = cur
+                conn.execute("BEGIN")  # deferred: a WAL snapshot from the first read
+            # The cursor is made by the first query (``_cursor``): most commands read
+            # nothing their line does not hold already.
+            self._local.conn = conn
             self._local.own = own
             yield
         except Exception as exc:
@@ -1654,7 +1686,8 @@ class SqlReadStore:
             broken = isinstance(translated, StorageUnavailableError) and not own
             raise translated from exc
         finally:
-            self._local.cur = None
+            cur = getattr(self._local, "cur", None)
+            self._local.cur = self._local.conn = None
             self._local.own = False
             try:
                 if self._pg and own:
@@ -1665,14 +1698,19 @@ class SqlReadStore:
                     if conn.info.transaction_status in _PG_BROKEN and self._writer is not None:
                         self._writer.batch_aborted(RuntimeError("a read failed inside it"))
                 elif self._pg:
-                    conn.rollback()  # no round trip when no query opened the transaction
+                    status = conn.info.transaction_status
+                    if status != 0:  # a query opened the transaction
+                        conn.rollback()
+                        if status in _PG_BROKEN:  # a failed string: its PREPAREs unknown
+                            _forget_prepared(conn)
                 elif not own and conn.in_transaction:
-                    cur.execute("ROLLBACK")
+                    conn.execute("ROLLBACK")
             except Exception:
                 if not broken:
                     raise
             finally:
-                cur.close()
+                if cur is not None:
+                    cur.close()
             if broken:
                 self._drop_connection()  # the next read connects afresh
 
@@ -1698,23 +1736,48 @@ class SqlReadStore:
     def _rows(self, statement: str, params: Sequence[Any]) -> list[Any]:
         cur: Any = getattr(self._local, "cur", None)
         if cur is None:
-            raise RuntimeError("SqlReadStore primitives run inside read()")
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                raise RuntimeError("SqlReadStore primitives run inside read()")
+            cur = self._local.cur = self._client_cursor(conn) if self._pg else conn.cursor()
         if not self._pg:
             cur.execute(statement, tuple(params))
-        elif (
-            cur.connection.info.transaction_status == 0  # IDLE: the read's first query
-            and not getattr(self._local, "own", False)  # never on the writer's connection
-        ):
-            # (A batch flushed under a snapshot on the writer's connection leaves it IDLE:
-            # a BEGIN there would open a transaction the next write transaction runs into.)
-            # BEGIN and the query behind one Sync: the snapshot is taken by the query.
-            with cur.connection.pipeline():
-                cur.execute(self._begin)
-                cur.execute(statement.replace("?", "%s"), tuple(params))
-        else:
-            cur.execute(statement.replace("?", "%s"), tuple(params))
-        rows: list[Any] = cur.fetchall()
+            rows: list[Any] = cur.fetchall()
+            return rows
+        # PostgreSQL: one simple-query string, as the writer's (``_ClientBatch``): the
+        # statement prepared once per connection and sent as EXECUTE with client-made
+        # literals; the read's first query carries the BEGIN of its snapshot (taken by
+        # the query). (Never on the writer's connection, own: a batch flushed under a
+        # snapshot leaves it IDLE, and a BEGIN there would open a transaction the next
+        # write transaction runs into.)
+        conn = cur.connection
+        parts: list[str] = []
+        if conn.info.transaction_status == 0 and not getattr(self._local, "own", False):
+            parts.append(self._begin)
+        query = self._sql.get(statement)
+        if query is None:
+            query = self._sql[statement] = statement.replace("?", "%s")
+        parts.append(
+            _executed(
+                _PREPARED.setdefault(conn, {}),
+                parts,
+                query,
+                params,
+                lambda: cur,
+                limit=_READ_PREPARED,
+            )
+        )
+        cur.execute(";".join(parts))
+        while cur.nextset():  # the query's rows are the last result
+            pass
+        rows = cur.fetchall()
         return rows
+
+    @staticmethod
+    def _client_cursor(conn: Any) -> Any:
+        from psycopg import ClientCursor  # loaded already: conn is psycopg's
+
+        return ClientCursor(conn)
 
     def _one(self, statement: str, params: Sequence[Any]) -> Any:
         rows = self._rows(statement, params)

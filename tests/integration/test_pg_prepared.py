@@ -127,3 +127,69 @@ async def test_a_failed_transaction_forgets_what_it_prepared_and_the_next_prepar
     await c.append("user", "after")  # the session's own statements prepare again too
     assert [e.content for e in await c.context_entries()] == ["before", "after"]
     await h.close()
+
+
+def _reader(h: pico.Harness) -> Any:
+    return h._line.storage._read_store  # type: ignore[attr-defined]
+
+
+async def test_a_snapshot_opens_with_its_first_query_in_one_round_trip_prepared_once() -> None:
+    url = require_postgres("the prepared-statement tests")
+    h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
+    await (await h.root()).append("user", "x")
+    rs = _reader(h)
+    with rs.read():
+        first_meta = rs.meta()
+    conn = rs._local.fairy.driver_connection
+    with _traced(conn) as messages, rs.read():
+        meta = rs.meta()
+        again = rs.meta()
+    sent = [d for w, k, d in messages if w == "F" and k == "Query"]
+    # The snapshot's BEGIN travels with its first query, both EXECUTEs reuse the PREPARE
+    # of the first snapshot, and the snapshot ends with its ROLLBACK.
+    assert len(sent) == 3, sent
+    assert "BEGIN ISOLATION LEVEL REPEATABLE READ" in sent[0] and "EXECUTE pico_" in sent[0]
+    assert "PREPARE" not in "".join(sent) and "BEGIN" not in sent[1], sent
+    assert "ROLLBACK" in sent[2], sent
+    assert meta == again == first_meta and meta is not None and meta.head >= 1
+    await h.close()
+
+
+async def test_a_failed_read_forgets_what_its_connection_prepared() -> None:
+    url = require_postgres("the prepared-statement tests")
+    h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
+    await (await h.root()).append("user", "x")
+    rs = _reader(h)
+    with rs.read():
+        rs.meta()
+    conn = rs._local.fairy.driver_connection
+    assert store._PREPARED[conn]
+    with pytest.raises(pico.PicoError), rs.read():
+        rs._rows("SELECT ?::int / 0 AS prepared_then_failing", (1,))
+    assert conn not in store._PREPARED
+    assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+    with rs.read():
+        assert rs.meta() is not None and rs.meta().head >= 1  # prepared again, and read
+    await h.close()
+
+
+async def test_a_long_in_list_is_read_with_literals_and_never_prepared() -> None:
+    url = require_postgres("the prepared-statement tests")
+    h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
+    c = await h.root()
+    ids = [await c.append("user", f"e{i}") for i in range(store._PREPARED_PARAMS + 2)]
+    rs = _reader(h)
+    with rs.read():
+        rs.meta()
+    conn = rs._local.fairy.driver_connection
+    before = dict(store._PREPARED[conn])
+    with rs.read():
+        rows = rs.entry_rows(ids, content=True)
+    assert sorted(rows) == sorted(ids) and rows[ids[3]].content == '"e3"'
+    # The statement with more parameters than the limit was not prepared; one within it was.
+    added = [s for s in store._PREPARED[conn] if s not in before]
+    assert all(s.count("%s") <= store._PREPARED_PARAMS for s in added), added
+    with rs.read():
+        assert sorted(rs.entry_rows(ids[:2], content=False)) == sorted(ids[:2])
+    assert any(s.count("%s") == 3 for s in store._PREPARED[conn] if s not in before)
+    await h.close()
