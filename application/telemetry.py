@@ -72,9 +72,10 @@ class Telemetry:
     def __init__(self, tracer: trace.Tracer | None = None, *, commands: bool = True) -> None:
         self.tracer = tracer if tracer is not None else trace.get_tracer("pico", _version())
         self.commands = commands
-        # The API's own tracer: until an SDK's provider is installed it makes only
-        # non-recording spans, and a command need not ask it for one (a few per cent of
-        # a small command's CPU, issue 16).
+        # The API's own tracer (a proxy until an SDK's provider is installed, which only
+        # makes non-recording spans): a command need not ask it for one, a few per cent
+        # of a small command's CPU (issue 16). The proxy tells which tracer it forwards
+        # to (``_tracer``) without ``get_tracer_provider``'s read of the environment.
         self._default = tracer is None
 
     def _scope(self, span: Span, *, errors: bool = True) -> AbstractContextManager[Span]:
@@ -91,7 +92,7 @@ class Telemetry:
     def command(self, session_id: str) -> AbstractContextManager[Span]:
         """A span for one command (``pico.command``); ``committed`` fills in the batch."""
         if not self.commands or (
-            self._default and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+            self._default and isinstance(getattr(self.tracer, "_tracer", None), trace.NoOpTracer)
         ):
             return _Idle(INVALID_SPAN)
         span = self.tracer.start_span("pico.command")

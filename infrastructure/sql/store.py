@@ -40,9 +40,11 @@ from pico.infrastructure.settings import mask_url
 from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.notify import (
     NOTIFY_STATEMENT,
+    SERIAL_SEQUENCE,
     CommitListener,
     channel_for,
     conninfo,
+    notify_statement,
 )
 from pico.projections.ops import (
     AppendContext,
@@ -128,6 +130,8 @@ class SqlDatabase:
         self.location = location or mask_url(url)
         #: False when a read-only open found no pico schema (nothing to read).
         self.has_schema = True
+        #: PostgreSQL: the commit NOTIFY, naming the events' id sequence once it is known.
+        self.notify_statement = NOTIFY_STATEMENT
         # SQLite writers of this process holding a deferred (not yet committed) batch: any
         # other connection about to take the write lock, or to read streams, commits
         # them first (RawWriter.flush_pending), so one session's open batch can never
@@ -265,6 +269,10 @@ class SqlDatabase:
             self.loader = self.reader
             if self.manage_schema:
                 self._setup()
+            with self._closing_on_failure("connecting"), self.writer.connect() as conn:
+                sequence = conn.execute(sa.text(SERIAL_SEQUENCE)).scalar()
+            if isinstance(sequence, str):  # None: no schema yet (the first write makes it)
+                self.notify_statement = notify_statement(sequence)
 
     @contextmanager
     def _schema_lock(self, doing: str) -> Iterator[Connection]:
@@ -825,9 +833,6 @@ class _ClientBatch:
             return
         self._parts.append(_executed(self._prepared, self._parts, statement, params, self._cursor))
 
-    def _bind(self, fragments: Sequence[str], params: Sequence[Any]) -> str:
-        return _bind(fragments, params, self._cursor)
-
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         split = _multi_row(statement) if len(rows) > 1 else None
@@ -835,9 +840,14 @@ class _ClientBatch:
             for row in rows:
                 self.execute(statement, row)
             return
-        # A plain INSERT of several rows is ONE multi-row statement: one parse, one plan.
-        head, values = split
-        self._parts.append(head + ",".join(self._bind(values, row) for row in rows))
+        # A plain INSERT of several rows is ONE multi-row statement, prepared per number of
+        # rows up to ``_PREPARED_ROWS`` (a command's events are a few), literal beyond.
+        text = _rows_statement(*split, len(rows))
+        flat = [value for row in rows for value in row]
+        if len(rows) <= _PREPARED_ROWS:
+            self.execute(text, flat)
+        else:
+            self._parts.append(_bind(_fragments(text), flat, self._cursor))
 
     def send(self) -> None:
         """Send what is queued (one round trip); the first failing statement is raised
@@ -940,22 +950,25 @@ _PLACEHOLDER = re.compile(r"%%|%s")
 # length per page), and at most ``_READ_PREPARED`` statements per connection.
 _PREPARED_PARAMS = 8
 _READ_PREPARED = 200
-_MULTI_ROW: dict[str, tuple[str, tuple[str, ...]] | None] = {}
+_PREPARED_ROWS = 8
+_MULTI_ROW: dict[str, tuple[str, str] | None] = {}
 _PLAIN_INSERT = re.compile(r"(INSERT INTO [^;]+? VALUES )(\([^()]*\))", re.S)
 
 
-def _multi_row(statement: str) -> tuple[str, tuple[str, ...]] | None:
+def _multi_row(statement: str) -> tuple[str, str] | None:
     """``(head, values)`` of a plain ``INSERT ... VALUES (%s, ...)`` (nothing after its one
     row of placeholders: no ON CONFLICT, whose DO UPDATE may not touch a row twice in one
-    statement, no RETURNING), its row split at the placeholders, or None."""
+    statement, no RETURNING), or None."""
     if statement not in _MULTI_ROW:
         found = _PLAIN_INSERT.fullmatch(statement.strip())
-        _MULTI_ROW[statement] = (
-            None
-            if found is None
-            else (found.group(1).replace("%%", "%"), _fragments(found.group(2)))
-        )
+        _MULTI_ROW[statement] = None if found is None else (found.group(1), found.group(2))
     return _MULTI_ROW[statement]
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_statement(head: str, values: str, rows: int) -> str:
+    """The INSERT of ``rows`` rows: ``head`` and the row of placeholders that many times."""
+    return head + ",".join([values] * rows)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1123,7 +1136,7 @@ class SqlRecorder(AggregateRecorder):
                 projection.apply(ops, cur)
             if notify is not None:
                 # Last, in the same transaction: delivered at COMMIT, dropped by a rollback.
-                cur.execute(NOTIFY_STATEMENT, (notify,))
+                cur.execute(self.db.notify_statement, (notify,))
 
         notify = self._channel(session_id) if self.notify_commits and rows else None
         projection = SqlProjectionWriter(
