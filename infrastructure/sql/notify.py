@@ -37,7 +37,11 @@ NOTIFY_STATEMENT = (
 )
 #: The name of the events' id sequence (``pg_get_serial_sequence``, resolved once per
 #: database: on every commit its catalog lookups were 2% of the server's CPU per command).
-SERIAL_SEQUENCE = "SELECT pg_get_serial_sequence('pico_events', 'id')"
+#: No row (None) where there is no such table.
+SERIAL_SEQUENCE = (
+    "SELECT pg_get_serial_sequence(c.oid::regclass::text, 'id') FROM pg_class c "
+    "WHERE c.oid = to_regclass('pico_events')"
+)
 
 
 def notify_statement(sequence: str | None) -> str:

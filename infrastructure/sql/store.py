@@ -269,10 +269,6 @@ class SqlDatabase:
             self.loader = self.reader
             if self.manage_schema:
                 self._setup()
-            with self._closing_on_failure("connecting"), self.writer.connect() as conn:
-                sequence = conn.execute(sa.text(SERIAL_SEQUENCE)).scalar()
-            if isinstance(sequence, str):  # None: no schema yet (the first write makes it)
-                self.notify_statement = notify_statement(sequence)
 
     @contextmanager
     def _schema_lock(self, doing: str) -> Iterator[Connection]:
@@ -294,6 +290,10 @@ class SqlDatabase:
                 url=self._shown_url,
                 dialect=self.dialect,
             )
+            if self.dialect == "postgresql":  # the tables exist now
+                sequence = conn.execute(sa.text(SERIAL_SEQUENCE)).scalar()
+                if isinstance(sequence, str):
+                    self.notify_statement = notify_statement(sequence)
 
     def schema_state(self) -> t.SchemaState:
         """What the database holds (``pico db current``); reads only."""

@@ -81,8 +81,7 @@ async def test_a_statement_is_prepared_once_per_connection_and_executed_after() 
     h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
     c = await h.root()
     conn = _writer_conn(h)
-    with _traced(conn) as first:
-        await c.append("user", "first")
+    await c.append("user", "first")
     with _traced(conn) as second:
         await c.append("user", "it's \\ second")
     # (The open's own commands prepared most statements already.)
