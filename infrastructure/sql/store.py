@@ -559,7 +559,6 @@ class RawWriter:
         self.sqlite = db.dialect == "sqlite"
         self._integrity: type[Exception] = db.writer.dialect.loaded_dbapi.IntegrityError
         self.thread: int | None = None
-        self._cache: dict[str, str] = {}
         # A deferred batch: BEGIN IMMEDIATE issued, commands written, COMMIT not yet.
         self.pending = False
         # Why a deferred batch was lost (its COMMIT failed): every later write refuses, so
@@ -579,12 +578,7 @@ class RawWriter:
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
-        if self.sqlite:
-            return statement
-        out = self._cache.get(statement)
-        if out is None:
-            out = self._cache[statement] = statement.replace("?", "%s")
-        return out
+        return statement if self.sqlite else _psycopg_style(statement)
 
     def connection(self) -> Any:
         """The held DBAPI connection (opened on first use, on the calling thread)."""
@@ -865,14 +859,7 @@ class _ClientBatch:
 
     def _query(self) -> Any:
         """Send what is queued through the cursor, which then holds the last result."""
-        cur = self._cursor()
-        if self._parts:
-            text = ";".join(self._parts)
-            self._parts.clear()
-            cur.execute(text)
-            while cur.nextset():  # the last statement's result is the one read
-                pass
-        return cur
+        return _run_string(self._cursor(), self._parts)
 
     def fetchone(self) -> Any:
         return self._query().fetchone()
@@ -929,6 +916,25 @@ def _bind(fragments: Sequence[str], params: Sequence[Any], cursor: Callable[[], 
         out.append(cursor().mogrify("%s", (value,)) if literal is None else literal)
         out.append(fragment)
     return "".join(out)
+
+
+def _run_string(cur: Any, parts: list[str]) -> Any:
+    """Send ``parts`` as one simple-query string on ``cur`` (a ClientCursor) and leave it
+    on the last statement's result, the one read; ``parts`` is emptied. Nothing queued:
+    the cursor keeps its result."""
+    if parts:
+        text = ";".join(parts)
+        parts.clear()
+        cur.execute(text)
+        while cur.nextset():
+            pass
+    return cur
+
+
+@functools.lru_cache(maxsize=1024)
+def _psycopg_style(statement: str) -> str:
+    """Our statements use qmark placeholders; psycopg wants %s."""
+    return statement.replace("?", "%s")
 
 
 def _forget_prepared(conn: Any) -> None:
@@ -1654,7 +1660,6 @@ class SqlReadStore:
         )
         self._lock = threading.Lock()
         self._fairies: list[Any] = []
-        self._sql: dict[str, str] = {}  # qmark statement -> psycopg's %s style
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -1767,23 +1772,17 @@ class SqlReadStore:
         parts: list[str] = []
         if conn.info.transaction_status == 0 and not getattr(self._local, "own", False):
             parts.append(self._begin)
-        query = self._sql.get(statement)
-        if query is None:
-            query = self._sql[statement] = statement.replace("?", "%s")
         parts.append(
             _executed(
                 _PREPARED.setdefault(conn, {}),
                 parts,
-                query,
+                _psycopg_style(statement),
                 params,
                 lambda: cur,
                 limit=_READ_PREPARED,
             )
         )
-        cur.execute(";".join(parts))
-        while cur.nextset():  # the query's rows are the last result
-            pass
-        rows = cur.fetchall()
+        rows = _run_string(cur, parts).fetchall()
         return rows
 
     @staticmethod
