@@ -38,6 +38,7 @@ from pico.domain.errors import (
 from pico.domain.values import Order, SessionMeta
 from pico.infrastructure.settings import mask_url
 from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.connections import IdleConnections
 from pico.infrastructure.sql.notify import (
     NOTIFY_STATEMENT,
     SERIAL_SEQUENCE,
@@ -114,6 +115,8 @@ class SqlDatabase:
         self.url = url
         #: PostgreSQL: this database's connection pool (``_open_postgresql``).
         self.pool: ConnectionPool | None = None
+        #: PostgreSQL: the connections its sessions share between transactions.
+        self.idle: IdleConnections | None = None
         self.pool_max_size = pool_max_size
         self.pool_timeout = pool_timeout
         self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
@@ -227,11 +230,12 @@ class SqlDatabase:
         # One pool per URL per process, shared by its sessions (container._open_sql):
         # psycopg's own (``psycopg_pool``), which checks a connection before lending it,
         # replaces a broken or old one and reconnects in the background. SQLAlchemy lends
-        # from it (``close_returns``: its close gives the connection back). Each open
-        # writing session holds its writer's connection and a reader's for as long as it
-        # is open, so the pool grows with the sessions a process holds (a worker: 2 x
-        # concurrency) up to ``pool_max_size`` (``PicoSettings.pg_pool_max_size``); beyond
-        # it an open waits up to the pool's timeout, then gets StorageUnavailableError.
+        # from it (``close_returns``: its close gives the connection back). A session's
+        # writer and reader take a connection per transaction and snapshot and give it
+        # back (``IdleConnections``, most recently used first), so the pool grows with the
+        # transactions a process has in flight, not with the sessions it holds, up to
+        # ``pool_max_size`` (``PicoSettings.pg_pool_max_size``); beyond it a transaction
+        # waits up to the pool's timeout, then gets StorageUnavailableError.
         import psycopg  # loads libpq: PostgreSQL only
         from psycopg_pool import ConnectionPool
 
@@ -243,6 +247,11 @@ class SqlDatabase:
             psycopg.connect(info, connect_timeout=_PG_CONNECT_TIMEOUT).close()
         self.pool = ConnectionPool(
             info,
+            # psycopg's own automatic prepared statements stay off: pico prepares its
+            # statements itself (``_executed``), and psycopg answers a ROLLBACK on a
+            # connection where it has prepared any with DEALLOCATE ALL, which would drop
+            # pico's too (a connection now serves many sessions' claims in turn).
+            kwargs={"prepare_threshold": None},
             min_size=1,
             max_size=self.pool_max_size,
             open=False,
@@ -253,7 +262,11 @@ class SqlDatabase:
         )
         with self.translating("connecting"):
             self.pool.open(wait=True, timeout=_PG_CONNECT_TIMEOUT)
-        self.writer = sa.create_engine(url, poolclass=sa.pool.NullPool, creator=self.pool.getconn)
+        self.idle = IdleConnections(self.pool)
+        idle = self.idle
+        self.writer = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, creator=lambda: idle.creator()
+        )
         _pg_checkin(self.writer)
         if self.read_only:
             self.reader = self.loader = self.writer.execution_options(
@@ -356,6 +369,8 @@ class SqlDatabase:
 
     def close(self) -> None:
         # An unverified file's guard closes last (see _hold_guard): no checkpoint runs.
+        if self.idle is not None:
+            self.idle.close()
         self.writer.dispose()
         for engine in {self.reader, self.loader}:
             if engine is not self.writer:
@@ -581,16 +596,26 @@ class RawWriter:
         return statement if self.sqlite else _psycopg_style(statement)
 
     def connection(self) -> Any:
-        """The held DBAPI connection (opened on first use, on the calling thread)."""
+        """The held DBAPI connection, taken on first use on the calling thread: SQLite's
+        is the writer's own for its lifetime; PostgreSQL's is lent by the process's idle
+        connections (in autocommit: transactions are ours to open, ``_BEGIN``) and given
+        back when the transaction, batch or claim holding it ends (``_release``)."""
         if self._fairy is None:
             with self.db.translating("connecting to write"):
-                self._fairy = self.db.writer.raw_connection()
-                if not self.sqlite:
-                    # Transactions are ours to open (``_BEGIN``), as on SQLite: psycopg's
-                    # implicit BEGIN would be a round trip of its own in pipeline mode.
-                    self._fairy.driver_connection.autocommit = True
+                if self.db.idle is not None:
+                    self._fairy = self.db.idle.take()
+                else:
+                    self._fairy = self.db.writer.raw_connection()
             self.thread = threading.get_ident()
         return self._fairy.driver_connection
+
+    def _release(self) -> None:
+        """PostgreSQL: give the connection back between transactions, for this process's
+        other sessions (``IdleConnections``); a deferred batch or a claim's lock keeps it."""
+        if self.pending or self.held or self._fairy is None or self.db.idle is None:
+            return
+        fairy, self._fairy = self._fairy, None
+        self.db.idle.give(fairy)
 
     def idle_connection(self) -> Any | None:
         """The writer's connection for a read on its own thread between transactions (or
@@ -616,6 +641,7 @@ class RawWriter:
         if self._fairy is not None:
             conn = self._fairy.driver_connection
             self._rollback(conn, None)
+            self._release()
 
     @contextmanager
     def exclusive(self, session_id: str) -> Iterator[None]:
@@ -653,6 +679,7 @@ class RawWriter:
                 self.held = False
                 self._rollback(conn, cur)
             cur.close()
+            self._release()
 
     def transaction(self, work: Callable[[Any], None], *, defer: bool = False) -> None:
         """Run ``work`` in the write transaction and commit it; with ``defer`` leave it
@@ -701,6 +728,7 @@ class RawWriter:
                     self.db.pending.add(self)
                 else:
                     self._end_batch()
+                    self._release()
                 return
             if not self.pending and not held:
                 if self.db.pending:
@@ -718,6 +746,7 @@ class RawWriter:
         except BaseException as exc:
             self._end_batch()
             self._rollback(conn, cur)
+            self._release()
             if isinstance(exc, self._integrity):
                 raise IntegrityError(str(exc)) from exc
             translated = self.db.translate(exc, "writing")
@@ -769,6 +798,7 @@ class RawWriter:
             raise
         finally:
             cur.close()
+            self._release()
 
     def _end_batch(self) -> None:
         self.pending = False
@@ -1666,13 +1696,20 @@ class SqlReadStore:
         if getattr(self._local, "conn", None) is not None:  # nested logical read: same snapshot
             yield
             return
-        # One held DBAPI connection per thread and an explicit read transaction: a pooled
-        # SQLAlchemy checkout plus its BEGIN events cost more than most of these queries.
+        # An explicit read transaction on a DBAPI connection: SQLite's held per thread,
+        # PostgreSQL's lent for the snapshot by the process's idle connections (most
+        # recently used first); a pooled SQLAlchemy checkout plus its BEGIN events cost
+        # more than most of these queries.
         conn: Any = None if self._writer is None else self._writer.idle_connection()
         # Inside the writer's deferred batch the reads see its commands; it is already a
         # transaction (never ended here: a ROLLBACK would drop the batch). On PostgreSQL
         # the writer's connection is lent only inside its batch.
         own = conn is not None and (self._pg or conn.in_transaction)
+        lent: Any = None  # PostgreSQL: the connection this snapshot took (given back after)
+        if conn is None and self.db.idle is not None:
+            with self.db.translating("connecting to read"):
+                lent = self.db.idle.take()
+            conn = lent.driver_connection
         if conn is None:
             fairy: Any = getattr(self._local, "fairy", None)
             if fairy is None:
@@ -1681,10 +1718,6 @@ class SqlReadStore:
                 self._local.fairy = fairy
                 with self._lock:
                     self._fairies.append(fairy)
-                if self._pg:
-                    # The read transaction is opened explicitly, in one round trip with its
-                    # first query (``_rows``), instead of by psycopg's BEGIN alone.
-                    fairy.driver_connection.autocommit = True
             conn = fairy.driver_connection
         broken = False
         try:
@@ -1729,7 +1762,15 @@ class SqlReadStore:
             finally:
                 if cur is not None:
                     cur.close()
-            if broken:
+                if lent is not None:
+                    # The read transaction is opened explicitly, in one round trip with
+                    # its first query (``_rows``), and ended above: the connection is
+                    # idle again (a broken one is dropped, not lent again).
+                    if broken:
+                        lent.invalidate()
+                    else:
+                        self.db.idle.give(lent)  # type: ignore[union-attr]
+            if broken and lent is None:
                 self._drop_connection()  # the next read connects afresh
 
     def _drop_connection(self) -> None:

@@ -266,9 +266,9 @@ async def test_a_postgresql_connection_that_goes_away_is_unavailable_then_reconn
     c = await h.root()
     await c.append("user", "before")
     storage: Any = h._line.storage
-    store = storage._read_store  # the reader's held connection, only that one
+    store = storage._read_store  # the connection its reads are lent, only that one
     with store.read():
-        pid = store._local.fairy.driver_connection.info.backend_pid
+        pid = store._local.conn.info.backend_pid
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with pytest.raises(pico.StorageUnavailableError, match="server is running"):

@@ -1,12 +1,15 @@
 """PostgreSQL connections come from psycopg's pool (issue 16): one pool per database per
-process, shared by its sessions, sized by ``PICO_PG_POOL_MAX_SIZE``; a session that cannot
-get a connection within ``PICO_PG_POOL_TIMEOUT`` gets StorageUnavailableError and changes
-nothing; a connection the server dropped is replaced before it is lent."""
+process, shared by its sessions, sized by ``PICO_PG_POOL_MAX_SIZE``; the sessions take a
+connection per transaction and give it back (``IdleConnections``: most recently used
+first); a command that cannot get a connection within ``PICO_PG_POOL_TIMEOUT`` gets
+StorageUnavailableError and changes nothing; a connection the server dropped is replaced
+before it is lent."""
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -29,7 +32,11 @@ def _backends(url: str, name: str) -> list[int]:
     return [r[0] for r in rows]
 
 
-async def test_past_the_pool_limit_an_open_fails_clearly_and_a_freed_connection_serves(
+def _database(h: pico.Harness) -> Any:
+    return h._line.storage.recorder.writer.db  # type: ignore[attr-defined]
+
+
+async def test_past_the_pool_limit_a_command_fails_clearly_and_a_freed_connection_serves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     base = require_postgres("the connection pool")
@@ -38,26 +45,68 @@ async def test_past_the_pool_limit_an_open_fails_clearly_and_a_freed_connection_
     monkeypatch.setenv("PICO_PG_POOL_MAX_SIZE", "2")
     monkeypatch.setenv("PICO_PG_POOL_TIMEOUT", "0.5")
     a = await pico.Harness.open(url, session=f"{name}-a")
-    await (await a.root()).append("user", "a holds its writer's and its reader's connection")
-    # Check: the pool opened no more than its limit (the sessions' connections are its).
+    ca = await a.root()
+    await ca.append("user", "a writes")
+    # Check: the pool opened no more than its limit.
     assert 1 <= len(_backends(base, name)) <= 2
+    # Both of the pool's connections busy elsewhere in the process (two other threads'
+    # transactions, say): the one a's commands were lent, and the pool's last.
+    db = _database(a)
+    held = [db.idle.take(), db.idle.take()]
     with pytest.raises(pico.StorageUnavailableError) as caught:
-        b = await pico.Harness.open(url, session=f"{name}-b")
-        await (await b.root()).append("user", "b")
+        await ca.append("user", "no connection for this one")
     message = str(caught.value)
     assert "every connection of this process's pool is in use" in message, message
     assert "PICO_PG_POOL_MAX_SIZE" in message and name in message  # which database, what to do
-    # Check: A is unharmed, and once A is closed its connections serve B.
-    await (await a.root()).append("user", "a still writes")
-    await a.close()
-    b = await pico.Harness.open(url, session=f"{name}-b")
-    await (await b.root()).append("user", "b writes now")
+    # Check: once a connection is free again the handle serves, and b opens beside a.
+    db.idle.give(held.pop())
+    await ca.append("user", "a still writes")
+    db.idle.give(held.pop())
+    b = await pico.Harness.open(url, session=f"{name}-b")  # a claim and a load: two at once
+    await (await b.root()).append("user", "b writes")
     await b.close()
+    await a.close()
     h = await pico.Harness.open(base, session=f"{name}-a", read_only=True)
     texts = [str(e.content) for e in (await (await h.root()).entries()).items]
     await h.close()
-    # Check: the refused open of B wrote nothing into A; A's writes are all there.
-    assert len(texts) == 2 and "a still writes" in texts[-1]
+    # Check: the refused command wrote nothing; a's writes are all there.
+    assert texts == ["a writes", "a still writes"], texts
+
+
+async def test_sessions_taking_turns_share_one_connection_and_fit_a_small_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A process's sessions give their connection back between transactions and are lent
+    # the most recently used one: twelve sessions, each claimed (psycopg would have
+    # prepared the claim's lock statement by its fifth use and answered the next ROLLBACK
+    # with DEALLOCATE ALL, dropping pico's prepared statements too), then writing and
+    # reading in turn, fit a pool of two connections and use one (twelve claims cannot
+    # all have been spread over both: 5 is psycopg's threshold).
+    base = require_postgres("the connection pool")
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    url = _own_url(base, name)
+    monkeypatch.setenv("PICO_PG_POOL_MAX_SIZE", "2")
+    monkeypatch.setenv("PICO_PG_POOL_TIMEOUT", "0.5")
+    hs = [await pico.Harness.open(url, session=f"{name}-{i}") for i in range(12)]
+    try:
+        cs = [await h.root() for h in hs]
+        db = _database(hs[0])
+        assert all(_database(h) is db for h in hs)
+        used: set[int] = set()
+        for turn in range(3):
+            for i, c in enumerate(cs):
+                await c.append("user", f"{i}.{turn}")
+                assert [e.content for e in await c.context_entries()][-1] == f"{i}.{turn}"
+                writer = hs[i]._line.storage.recorder.writer  # type: ignore[attr-defined]
+                assert writer._fairy is None  # given back after its transaction
+                used.add(db.idle._stack[-1].info.backend_pid)
+        assert len(used) == 1, used  # one warm backend served all twelve sessions
+        assert len(_backends(base, name)) <= 2
+        for i, c in enumerate(cs):
+            assert [e.content for e in await c.context_entries()] == [f"{i}.{t}" for t in range(3)]
+    finally:
+        for h in hs:
+            await h.close()
 
 
 async def test_a_connection_the_server_dropped_is_replaced_before_it_is_lent() -> None:

@@ -146,7 +146,7 @@ async def test_a_snapshot_opens_with_its_first_query_in_one_round_trip_prepared_
     rs = _reader(h)
     with rs.read():
         first_meta = rs.meta()
-    conn = rs._local.fairy.driver_connection
+        conn = rs._local.conn  # lent for the snapshot; the next snapshot is lent it again
     with _traced(conn) as messages, rs.read():
         meta = rs.meta()
         again = rs.meta()
@@ -168,7 +168,7 @@ async def test_a_failed_read_forgets_what_its_connection_prepared() -> None:
     rs = _reader(h)
     with rs.read():
         rs.meta()
-    conn = rs._local.fairy.driver_connection
+        conn = rs._local.conn
     assert store._PREPARED[conn]
     with pytest.raises(pico.PicoError), rs.read():
         rs._rows("SELECT ?::int / 0 AS prepared_then_failing", (1,))
@@ -187,7 +187,7 @@ async def test_a_long_in_list_is_read_with_literals_and_never_prepared() -> None
     rs = _reader(h)
     with rs.read():
         rs.meta()
-    conn = rs._local.fairy.driver_connection
+        conn = rs._local.conn
     before = dict(store._PREPARED[conn])
     with rs.read():
         rows = rs.entry_rows(ids, content=True)
@@ -198,4 +198,34 @@ async def test_a_long_in_list_is_read_with_literals_and_never_prepared() -> None
     with rs.read():
         assert sorted(rs.entry_rows(ids[:2], content=False)) == sorted(ids[:2])
     assert any(s.count("%s") == 3 for s in store._PREPARED[conn] if s not in before)
+    await h.close()
+
+
+async def test_many_claims_on_one_connection_leave_its_prepared_statements_in_place() -> None:
+    # A claim takes the session's lock through psycopg's own cursor. psycopg, left to
+    # itself, prepares a statement by its sixth use on a connection and answers its next
+    # ROLLBACK with DEALLOCATE ALL, which would drop pico's statements too; now that the
+    # sessions of a process share their connections, one connection sees many claims.
+    url = require_postgres("the prepared-statement tests")
+    session = f"prep-{uuid.uuid4().hex[:12]}"
+    h = await pico.Harness.open(url, session=session)
+    c = await h.root()
+    await c.append("user", "x")
+    writer = h._line.storage.recorder.writer  # type: ignore[attr-defined]
+    rs = _reader(h)
+    with rs.read():
+        rs.meta()
+        conn = rs._local.conn
+    assert conn.prepare_threshold is None
+    for _ in range(8):  # each claim is lent the connection the last one gave back
+        with writer.exclusive(session):
+            writer.transaction(lambda cur: cur.execute("SELECT 1"))
+            assert writer.connection() is conn or writer._fairy is None
+    for _ in range(2):  # each read ends with psycopg's ROLLBACK; the second reuses the first's
+        with rs.read():
+            assert rs._local.conn is conn
+            assert rs.meta() is not None
+    assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] > 0
+    await c.append("user", "y")
+    assert [e.content for e in await c.context_entries()] == ["x", "y"]
     await h.close()

@@ -284,8 +284,8 @@ async def test_a_read_opens_its_snapshot_with_its_first_query() -> None:
     try:
         with store.read():
             head = store.meta()
+            conn = store._local.conn  # lent again to the next snapshot (most recent first)
         assert head is not None
-        conn = store._local.fairy.driver_connection
         with _traced(conn) as messages, store.read():
             first = store.meta()
             await c.append("user", "two")  # committed between the read's two queries
