@@ -24,8 +24,9 @@ to a worker), and the workers' backends in ``pg_stat_activity`` (state, wait eve
     PICO_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:25432/pico_test \\
         .venv/bin/python -m benchmarks.workers_bench --procs 1,2,4,8 --turn-procs 1,2,4
 
-The command run holds at most ``--max-sessions`` (32) sessions in all (8 processes hold 4
-each: a held session costs 3-4 connections). ``--no-yield`` makes ``bench_loop`` run its
+The command run holds at most ``--max-sessions`` (64) sessions in all (8 processes hold 8
+each: a held session costs its lease's connection, a process two more and the few its
+sessions' transactions share; before they shared them, 3-4 per session, 32 fitted). ``--no-yield`` makes ``bench_loop`` run its
 commands without yielding to the event loop between them (it starves the process: see
 docs/benchmarks.md, "Workers on PostgreSQL").
 
@@ -619,9 +620,9 @@ def main() -> None:
     ap.add_argument(
         "--max-sessions",
         type=int,
-        default=32,
-        help="command run: at most this many sessions in all (a held session costs ~4 "
-        "connections: 8 x 8 would pass the server's max_connections of 200)",
+        default=64,
+        help="command run: at most this many sessions in all (a held session costs its "
+        "lease's connection, a worker ~6 more: 8 x 8 uses ~110 of max_connections 200)",
     )
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--loop", type=int, default=1_000_000, help="commands per task")
