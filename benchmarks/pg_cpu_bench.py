@@ -73,7 +73,9 @@ async def main(url: str, appends: int, turns: int, reads: int) -> None:
         reads_store = storage._read_store
         with reads_store.read():
             reads_store.meta()
-        reader = _pid(reads_store._local.fairy.driver_connection)
+            # The connection reads are lent (the process's sessions share them, most
+            # recently used first): the writer's too, between its transactions.
+            reader = _pid(reads_store._local.conn)
 
         async def append() -> None:
             await c.append("user", "x" * 120)
