@@ -2,7 +2,7 @@
 ``conversation.append`` loop, faux agent turns with one tool call, and the session's
 ``meta`` read in a snapshot of its own and inside one open snapshot, each reporting the
 client process's CPU (``time.process_time``), the CPU of the server backend serving it
-(``/proc/<pid>/stat`` of the writer's or the reader's connection: the server must run on
+(``/proc/<pid>/stat`` of the connections the session is lent: the server must run on
 this machine) and wall time, per operation.
 
     PICO_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:25432/pico_test \\
@@ -42,11 +42,13 @@ def _pid(conn: Any) -> int:
     return pid
 
 
-async def _measure(label: str, count: int, pid: int, step: Callable[[], Awaitable[Any]]) -> str:
-    c0, b0, t0 = time.process_time(), backend_cpu(pid), time.perf_counter()
+async def _measure(
+    label: str, count: int, pids: set[int], step: Callable[[], Awaitable[Any]]
+) -> str:
+    c0, b0, t0 = time.process_time(), sum(map(backend_cpu, pids)), time.perf_counter()
     for _ in range(count):
         await step()
-    c1, b1, t1 = time.process_time(), backend_cpu(pid), time.perf_counter()
+    c1, b1, t1 = time.process_time(), sum(map(backend_cpu, pids)), time.perf_counter()
     ms = 1000 / count
     cells = (f"{(c1 - c0) * ms:.3f}", f"{(b1 - b0) * ms:.3f}", f"{(t1 - t0) * ms:.3f}")
     return f"| {label} | {count} | " + " | ".join(cells) + " |"
@@ -73,9 +75,10 @@ async def main(url: str, appends: int, turns: int, reads: int) -> None:
         reads_store = storage._read_store
         with reads_store.read():
             reads_store.meta()
-            # The connection reads are lent (the process's sessions share them, most
-            # recently used first): the writer's too, between its transactions.
             reader = _pid(reads_store._local.conn)
+        # The session's writes and reads are lent these connections in turn (most
+        # recently used first): every row counts the CPU of both backends.
+        backends = {writer, reader}
 
         async def append() -> None:
             await c.append("user", "x" * 120)
@@ -90,16 +93,18 @@ async def main(url: str, appends: int, turns: int, reads: int) -> None:
         rows = [
             "| operation | count | client CPU ms | server CPU ms | wall ms |",
             "|---|---|---|---|---|",
-            await _measure("append", appends, writer, append),
-            await _measure("faux turn, one tool call (writer's backend)", turns, writer, turn),
-            await _measure("read opening its snapshot (meta)", reads, reader, own_snapshot),
+            await _measure("append", appends, backends, append),
+            await _measure("faux turn, one tool call (writer's backend)", turns, backends, turn),
+            await _measure("read opening its snapshot (meta)", reads, backends, own_snapshot),
         ]
         with reads_store.read():
 
             async def in_snapshot() -> None:
                 reads_store.meta()
 
-            rows.append(await _measure("read inside an open snapshot", reads, reader, in_snapshot))
+            rows.append(
+                await _measure("read inside an open snapshot", reads, backends, in_snapshot)
+            )
         print("\n".join(rows))
     finally:
         await h.close()

@@ -26,9 +26,9 @@ to a worker), and the workers' backends in ``pg_stat_activity`` (state, wait eve
 
 The command run holds at most ``--max-sessions`` (64) sessions in all (8 processes hold 8
 each: a held session costs its lease's connection, a process two more and the few its
-sessions' transactions share; before they shared them, 3-4 per session, 32 fitted). ``--no-yield`` makes ``bench_loop`` run its
-commands without yielding to the event loop between them (it starves the process: see
-docs/benchmarks.md, "Workers on PostgreSQL").
+sessions' transactions share; before they shared them, 3-4 per session, 32 fitted).
+``--no-yield`` makes ``bench_loop`` run its commands without yielding to the event loop
+between them (it starves the process: see docs/benchmarks.md, "Workers on PostgreSQL").
 
 ``--profile S`` samples the single worker process of the 1-process command run (after its
 window) with ``py-spy`` (``--py-spy PATH``) for S seconds, samples holding the GIL only,
