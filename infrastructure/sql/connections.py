@@ -28,6 +28,11 @@ __all__ = ["IdleConnections", "Lent"]
 _PG_IDLE = 0
 
 
+def _reusable(conn: Any) -> bool:
+    """Open and outside any transaction: fit to be lent again."""
+    return not conn.closed and conn.info.transaction_status == _PG_IDLE
+
+
 class Lent:
     """A connection lent by ``IdleConnections.take``, with the two ways SQLAlchemy's pool
     connection ends too: ``close`` gives it back to psycopg's pool (its holder is done
@@ -41,11 +46,10 @@ class Lent:
         self.driver_connection = conn
 
     def close(self) -> None:
-        conn = self.driver_connection
-        if conn.closed or conn.info.transaction_status != _PG_IDLE:
-            self.invalidate()  # an open transaction is dropped, not rolled back over the wire
+        if _reusable(self.driver_connection):
+            self._idle.release(self.driver_connection)
         else:
-            self._idle.release(conn)
+            self.invalidate()  # an open transaction is dropped, not rolled back over the wire
 
     def invalidate(self) -> None:
         conn = self.driver_connection
@@ -87,7 +91,7 @@ class IdleConnections:
         """Take ``lent`` back; one that is closed, broken or inside a transaction is not
         lent again (it is dropped: the server rolls back what it held)."""
         conn = lent.driver_connection
-        if conn.closed or conn.info.transaction_status != _PG_IDLE:
+        if not _reusable(conn):
             lent.invalidate()
             return
         with self._lock:
@@ -107,12 +111,9 @@ class IdleConnections:
 
     def release(self, conn: Any) -> None:
         """Back to psycopg's pool, as SQLAlchemy's engines lend them (not in autocommit)."""
-        if not conn.closed and conn.info.transaction_status == _PG_IDLE:
+        if _reusable(conn):
             conn.autocommit = False
         self._pool.putconn(conn)
-
-    def __len__(self) -> int:
-        return len(self._stack)
 
     def close(self) -> None:
         """Return every idle connection to the pool (the database is closing)."""

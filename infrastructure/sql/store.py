@@ -451,8 +451,9 @@ def translate_error(
     if pool is not None and isinstance(orig, pool.PoolTimeout):
         return StorageUnavailableError(
             f"PostgreSQL at {location} could not be used while {doing}: every connection of "
-            f"this process's pool is in use ({_mask_text(text)}); close the sessions it no "
-            "longer needs, or raise PICO_PG_POOL_MAX_SIZE (and the server's max_connections)"
+            f"this process's pool is in use ({_mask_text(text)}): each open transaction, read "
+            "snapshot and group-committed batch holds one; finish or close what no longer "
+            "needs one, or raise PICO_PG_POOL_MAX_SIZE (and the server's max_connections)"
         )
     if isinstance(orig, psycopg.errors.InsufficientPrivilege):
         return StorageUnavailableError(

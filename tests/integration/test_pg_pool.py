@@ -36,14 +36,21 @@ def _database(h: pico.Harness) -> Any:
     return h._line.storage.recorder.writer.db  # type: ignore[attr-defined]
 
 
-async def test_past_the_pool_limit_a_command_fails_clearly_and_a_freed_connection_serves(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def small_pool(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, str]:
+    """The server's URL, a name of this test's own and its URL, under which an open builds
+    a pool of two connections that waits at most half a second for one."""
     base = require_postgres("the connection pool")
     name = f"pool-{uuid.uuid4().hex[:8]}"
-    url = _own_url(base, name)
     monkeypatch.setenv("PICO_PG_POOL_MAX_SIZE", "2")
     monkeypatch.setenv("PICO_PG_POOL_TIMEOUT", "0.5")
+    return base, name, _own_url(base, name)
+
+
+async def test_past_the_pool_limit_a_command_fails_clearly_and_a_freed_connection_serves(
+    small_pool: tuple[str, str, str],
+) -> None:
+    base, name, url = small_pool
     a = await pico.Harness.open(url, session=f"{name}-a")
     ca = await a.root()
     await ca.append("user", "a writes")
@@ -74,19 +81,13 @@ async def test_past_the_pool_limit_a_command_fails_clearly_and_a_freed_connectio
 
 
 async def test_sessions_taking_turns_share_one_connection_and_fit_a_small_pool(
-    monkeypatch: pytest.MonkeyPatch,
+    small_pool: tuple[str, str, str],
 ) -> None:
     # A process's sessions give their connection back between transactions and are lent
-    # the most recently used one: twelve sessions, each claimed (psycopg would have
-    # prepared the claim's lock statement by its fifth use and answered the next ROLLBACK
-    # with DEALLOCATE ALL, dropping pico's prepared statements too), then writing and
-    # reading in turn, fit a pool of two connections and use one (twelve claims cannot
-    # all have been spread over both: 5 is psycopg's threshold).
-    base = require_postgres("the connection pool")
-    name = f"pool-{uuid.uuid4().hex[:8]}"
-    url = _own_url(base, name)
-    monkeypatch.setenv("PICO_PG_POOL_MAX_SIZE", "2")
-    monkeypatch.setenv("PICO_PG_POOL_TIMEOUT", "0.5")
+    # the most recently used one: twelve sessions, each claimed, then writing and reading
+    # in turn, fit a pool of two connections and use one. (What many claims on one
+    # connection did to pico's prepared statements is test_pg_prepared's.)
+    base, name, url = small_pool
     hs = [await pico.Harness.open(url, session=f"{name}-{i}") for i in range(12)]
     try:
         cs = [await h.root() for h in hs]

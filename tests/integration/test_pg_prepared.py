@@ -217,10 +217,11 @@ async def test_many_claims_on_one_connection_leave_its_prepared_statements_in_pl
         rs.meta()
         conn = rs._local.conn
     assert conn.prepare_threshold is None
+    idle = writer.db.idle
     for _ in range(8):  # each claim is lent the connection the last one gave back
         with writer.exclusive(session):
             writer.transaction(lambda cur: cur.execute("SELECT 1"))
-            assert writer.connection() is conn or writer._fairy is None
+            assert writer._fairy is None and idle._stack[-1] is conn  # given back
     for _ in range(2):  # each read ends with psycopg's ROLLBACK; the second reuses the first's
         with rs.read():
             assert rs._local.conn is conn
