@@ -57,6 +57,12 @@ def named_database(name: str) -> MemoryDatabase:
         return db
 
 
+def _uuid(oid: UUID | str) -> UUID:
+    """A stream id as the UUID streams are keyed by (stored events carry the aggregate's
+    UUID already: no round trip through its text)."""
+    return oid if type(oid) is UUID else UUID(str(oid))
+
+
 class MemoryRecorder(AggregateRecorder):
     def __init__(self, db: MemoryDatabase, *, snapshots: bool = False) -> None:
         self.db = db
@@ -80,7 +86,7 @@ class MemoryRecorder(AggregateRecorder):
             return
         pending: dict[UUID, int] = {}
         for e in stored_events:
-            oid = UUID(str(e.originator_id))
+            oid = _uuid(e.originator_id)
             stream = self.streams.get(oid, [])
             # A new stream accepts any first version (the library's recorders take version
             # 0 too); after that versions must increase.
@@ -94,13 +100,14 @@ class MemoryRecorder(AggregateRecorder):
     ) -> None:
         """Apply a checked batch: streams, the session's log and read-model rows, at once
         for every reader (under the database lock)."""
-        for e in stored_events:
-            oid = UUID(str(e.originator_id))
-            if not self.is_events:  # only the newest snapshot is ever read
-                self.streams[oid] = [e]
-                continue
-            self.streams.setdefault(oid, []).append(e)
-            self.db.log.setdefault(session_id, []).append(e)
+        if not self.is_events:  # only the newest snapshot is ever read
+            for e in stored_events:
+                self.streams[_uuid(e.originator_id)] = [e]
+        else:
+            log = self.db.log.setdefault(session_id, [])
+            for e in stored_events:
+                self.streams.setdefault(_uuid(e.originator_id), []).append(e)
+                log.append(e)
         if ops:
             self.db.read_store(session_id).apply(ops)
 
@@ -120,7 +127,7 @@ class MemoryRecorder(AggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         with self.db.lock:
-            stream = list(self.streams.get(UUID(str(originator_id)), []))
+            stream = list(self.streams.get(_uuid(originator_id), []))
         out = [
             e
             for e in stream
