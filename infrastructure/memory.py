@@ -7,6 +7,7 @@ half a commit. ``memory://name`` databases live for the process; ``memory://`` i
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +62,10 @@ def _uuid(oid: UUID | str) -> UUID:
     """A stream id as the UUID streams are keyed by (stored events carry the aggregate's
     UUID already: no round trip through its text)."""
     return oid if type(oid) is UUID else UUID(str(oid))
+
+
+def _version(e: StoredEvent) -> int:
+    return e.originator_version
 
 
 class MemoryRecorder(AggregateRecorder):
@@ -126,17 +131,22 @@ class MemoryRecorder(AggregateRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
+        """A stream's events in the version window, found by bisection (a stream's versions
+        increase): a reload after a snapshot, or a read of the newest snapshot, copies
+        only what it returns, however long the stream."""
         with self.db.lock:
-            stream = list(self.streams.get(_uuid(originator_id), []))
-        out = [
-            e
-            for e in stream
-            if (gt is None or e.originator_version > gt)
-            and (lte is None or e.originator_version <= lte)
-        ]
+            stream = self.streams.get(_uuid(originator_id), [])
+            start = 0 if gt is None else bisect.bisect_right(stream, gt, key=_version)
+            end = len(stream) if lte is None else bisect.bisect_right(stream, lte, key=_version)
+            if limit is not None and limit >= 0:  # only what is returned is copied
+                if desc:
+                    start = max(start, end - limit)
+                else:
+                    end = min(end, start + limit)
+            out = stream[start:end]
         if desc:
             out.reverse()
-        return out[:limit] if limit is not None else out
+        return out[:limit] if limit is not None and limit < 0 else out
 
     def select_session_events(
         self, session_id: str, *, after: int, limit: int

@@ -138,3 +138,29 @@ def test_memory_recorder_accepts_any_first_version_and_refuses_a_repeat(version:
         recorder.insert_events([StoredEvent(oid, version, "t", b"b")])
     assert type(info.value).__name__ == "IntegrityError"
     assert [e.state for e in recorder.select_events(oid)] == [b"a"]
+
+
+def test_memory_windows_match_sqlite_for_every_bound(tmp_path: Path) -> None:
+    """The memory recorder finds a window by bisection (a reload after a snapshot copies
+    only what it returns): every combination of bounds, direction and limit selects what
+    the SQL recorder selects from the same stream."""
+    oid = uuid.uuid4()
+    stream = [StoredEvent(oid, v, "t", str(v).encode()) for v in range(1, 31)]
+    memory = MemoryRecorder(MemoryDatabase())
+    memory.insert_events(stream)
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'windows.db'}")
+    sql = SqlRecorder(db)
+    try:
+        sql.insert_events(stream)
+        bounds = [None, -1, 0, 1, 7, 29, 30, 31]
+        for gt in bounds:
+            for lte in bounds:
+                for desc in (False, True):
+                    for limit in (None, 0, 1, 4, 50):
+                        window = {"gt": gt, "lte": lte, "desc": desc, "limit": limit}
+                        got = [e.originator_version for e in memory.select_events(oid, **window)]
+                        want = [e.originator_version for e in sql.select_events(oid, **window)]
+                        assert got == want, window
+    finally:
+        sql.close()
+        db.close()
