@@ -111,7 +111,9 @@ class Command:
         # Session mutations are applied to the Session aggregate only at persist time, so a
         # failed builder leaves its version (the writer fence) untouched.
         self.session_ops: list[Callable[[Session], None]] = []
-        self._policies: dict[tuple[str, str, str, str], bool] = {}
+        #: Address policies this command read or establishes (the line keeps those of
+        #: committed commands: a policy never changes once established).
+        self.policies: dict[tuple[str, str, str, str], bool] = {}
         self._request_keys: dict[str, str] = {}
         self._core = False
 
@@ -469,7 +471,9 @@ class Command:
         elif self.working is not None:
             self._main_only(f"writing {address.namespace!r}")
         policy = (address.scope_kind, address.kind, address.namespace, key)
-        established = self._policies.get(policy)
+        established = self.policies.get(policy)
+        if established is None:
+            established = self._line.policies.get(policy)
         if established is None:
             established = self._state.address_policy(*policy)
         if established is not None and established != address.rewind:
@@ -501,7 +505,7 @@ class Command:
         else:
             self.session_ops.append(_session_write(op, seq, ns, key, text))
         self._alloc()
-        self._policies[policy] = address.rewind
+        self.policies[policy] = address.rewind
         return seq
 
     @staticmethod

@@ -48,6 +48,8 @@ T = TypeVar("T")
 
 #: Conversations kept in memory by the owner; others reload (from snapshots) on demand.
 CACHE_SIZE = 256
+#: Address policies the line remembers before it starts over (see ``CommandLine.policies``).
+POLICY_CACHE_SIZE = 4096
 
 #: A deferred command (``run(..., defer=True)``) is committed at the latest this many
 #: seconds after it, unless a durable command, a drive's return or ``close`` commits it first.
@@ -72,6 +74,11 @@ class CommandLine:
         self._lock = asyncio.Lock()
         self._cache: OrderedDict[int, Conversation] = OrderedDict()
         self._task_cache: OrderedDict[int, Task] = OrderedDict()
+        # Address policies (rewind or not) of committed commands: established once and
+        # never changed (§4), so a write to a known address reads no policy row (a stream
+        # saving frames read one per frame). Bounded: keys can be per input, so the
+        # cache starts over once it holds POLICY_CACHE_SIZE.
+        self.policies: dict[tuple[str, str, str, str], bool] = {}
         self._building: Command | None = None
         self.definitions = definitions or TaskRegistry()
         # Called after every commit that changed tasks or session state, with its command
@@ -320,6 +327,9 @@ class CommandLine:
             self._remember(conv)
         for task in tx.touched_tasks.values():
             self._remember_task(task)
+        if len(self.policies) + len(tx.policies) > POLICY_CACHE_SIZE:
+            self.policies.clear()
+        self.policies.update(tx.policies)
         if defer:
             self.pending = True
             if self._flush_timer is None:
@@ -386,6 +396,7 @@ class CommandLine:
         self.faulted = reason
         self._cache.clear()
         self._task_cache.clear()
+        self.policies.clear()
         if self.on_fault is not None:
             self.on_fault(reason)
 

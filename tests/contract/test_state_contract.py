@@ -134,6 +134,43 @@ async def test_rewind_policy_and_scope_are_persisted_and_enforced(backend: Backe
     await h.close()
 
 
+async def test_the_owner_remembers_committed_policies_and_forgets_a_failed_command(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = await backend.open()
+    c = await h.root()
+    sticky = pico.conversation_value("plugin.mode", bool, rewind=False)
+    rewound = pico.conversation_value("plugin.mode", bool)
+
+    def establish_then_fail(tx: Command) -> None:
+        tx.set_value(sticky, True, conversation_id=c.id)
+        raise RuntimeError("the builder fails after its write")
+
+    with pytest.raises(RuntimeError):
+        await h.command(establish_then_fail)
+    # Check: the failed command established nothing, in storage or in the owner's memory.
+    await c.set_value(rewound, True)
+    lookups: list[tuple[str, ...]] = []
+    state = h._line.storage.state
+    real = state.address_policy
+    monkeypatch.setattr(
+        state, "address_policy", lambda *a: lookups.append(a) or real(*a), raising=False
+    )
+    for value in (False, True, False):
+        await c.set_value(rewound, value)
+    assert lookups == []  # a committed address's policy is known: no row is read
+    with pytest.raises(pico.AddressPolicyError):
+        await c.set_value(sticky, False)
+    assert await c.get_value(rewound) is False
+    await h.close()
+    # Check: a new owner reads it from storage and enforces the same.
+    h = await backend.open()
+    c = await h.root()
+    with pytest.raises(pico.AddressPolicyError):
+        await c.set_value(sticky, True)
+    await h.close()
+
+
 async def test_session_state_is_shared_and_scannable(backend: Backend) -> None:
     h = await backend.open()
     await h.set_value(NAME, "parser work")
