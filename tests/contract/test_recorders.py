@@ -157,10 +157,11 @@ def test_memory_windows_match_sqlite_for_every_bound(tmp_path: Path) -> None:
             for lte in bounds:
                 for desc in (False, True):
                     for limit in (None, 0, 1, 4, 50):
-                        window = {"gt": gt, "lte": lte, "desc": desc, "limit": limit}
-                        got = [e.originator_version for e in memory.select_events(oid, **window)]
-                        want = [e.originator_version for e in sql.select_events(oid, **window)]
-                        assert got == want, window
+                        got = memory.select_events(oid, gt=gt, lte=lte, desc=desc, limit=limit)
+                        want = sql.select_events(oid, gt=gt, lte=lte, desc=desc, limit=limit)
+                        assert [e.originator_version for e in got] == [
+                            e.originator_version for e in want
+                        ], (gt, lte, desc, limit)
     finally:
         sql.close()
         db.close()
