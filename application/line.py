@@ -438,7 +438,8 @@ def _read_stored_state(storage: Storage, session: Session) -> list[TaskSnapshot]
     with storage.snapshot():
         meta = storage.reads.meta()
         live = storage.tasks.live_tasks()
-        roots = {} if root is None else storage.reads.get_conversations([root])
+        # The root's row, never its context: an open costs the same however long it is.
+        roots = {} if root is None else storage.reads.owners([root])
     if meta is None or meta.head < session.head or (root is not None and root not in roots):
         raise StorageCorruptError(
             f"session {storage.session_id!r}: the read model (session row {meta}, root "

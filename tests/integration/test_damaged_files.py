@@ -316,6 +316,21 @@ async def test_the_open_names_the_event_that_does_not_decode(
 
 
 @pytest.mark.parametrize("read_only", [True, False])
+async def test_an_open_refuses_a_read_model_that_lost_its_root_conversation(
+    read_only: bool, pristine: Path, tmp_path: Path
+) -> None:
+    """The open checks the root's row exists (one point read, not its context)."""
+    path = tmp_path / "damaged.db"
+    shutil.copy(pristine, path)
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        assert conn.execute("DELETE FROM pico_conversations WHERE id = 1").rowcount == 1
+    before = _sha(path)
+    with pytest.raises(pico.StorageCorruptError, match="root conversation 1"):
+        await pico.Harness.open(f"sqlite:///{path}", session=SESSION, read_only=read_only)
+    assert _sha(path) == before
+
+
+@pytest.mark.parametrize("read_only", [True, False])
 async def test_an_empty_file_is_a_new_database_for_writing_and_unknown_for_reading(
     read_only: bool, tmp_path: Path
 ) -> None:
