@@ -311,6 +311,11 @@ class Tool:
             args = self.validate(arguments)
         except ToolArgumentsError as exc:
             return ctx.outcome(is_error=True, text=str(exc))
+        return await self.invoke(args, ctx)
+
+    async def invoke(self, args: JsonObject, ctx: ToolContext) -> ToolOutcome:
+        """``run`` for arguments this tool's ``validate`` returned (the tool flow validates
+        a call's arguments before it persists them, and invokes what it persisted)."""
         try:
             final = await self.execute(args, ctx)
         except Exception as exc:

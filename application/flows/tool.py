@@ -144,7 +144,7 @@ class ToolTaskDefinition(TaskDefinition):
             await ctx.working(append_frame(frames, text))
 
         tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
-        outcome = await self._run(tool, args, tool_ctx, ctx)
+        outcome = await self._run(tool, args, tool_ctx, ctx, validated=True)
         if outcome.delegation is not None:  # the call continues as a subagent (§5.5)
             await self._delegate(task, ctx, running, outcome.delegation)
             return
@@ -393,17 +393,28 @@ class ToolTaskDefinition(TaskDefinition):
         replay = ToolContext(
             call_id=str(state.get("call_id")), tool_name=tool.name, signal=ctx.signal
         )
-        outcome = await self._run(tool, state.get("arguments"), replay, ctx)
+        outcome = await self._run(tool, state.get("arguments"), replay, ctx, validated=False)
         # A replayed run's result passes the result hooks like the first run's would have.
         await self._processed(task, ctx, state, _stored_call(task, state), outcome)
 
     async def _run(
-        self, tool: Tool, args: JsonValue, tool_ctx: ToolContext, ctx: TaskExecution
+        self,
+        tool: Tool,
+        args: JsonValue,
+        tool_ctx: ToolContext,
+        ctx: TaskExecution,
+        *,
+        validated: bool,
     ) -> ToolOutcome:
-        """One invocation (a first run or a replay) in its ``execute_tool`` span."""
+        """One invocation (a first run or a replay) in its ``execute_tool`` span. A first
+        run's arguments were just validated and persisted; a replay's stored ones are
+        validated again, against the tool as it is now."""
         telemetry = self.services.telemetry
         with telemetry.tool(tool.name, tool_ctx.call_id) as span:
-            outcome = await tool.run(args, tool_ctx)
+            if validated and isinstance(args, dict):
+                outcome = await tool.invoke(args, tool_ctx)
+            else:
+                outcome = await tool.run(args, tool_ctx)
             telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())
         return outcome
 
