@@ -131,21 +131,29 @@ class CommandLine:
         sid = storage.session_id
         loaded = _load_session(storage)
         live: list[TaskSnapshot] = []
+        root: Conversation | None = None
         if loaded is None:
             if read_only:
                 raise UnknownSessionError(sid)
             session = Session(session_id=sid)
         else:
             session = loaded
-            live = _read_stored_state(storage, session)
+            live, root = _read_stored_state(storage, session)
         registry = definitions or TaskRegistry()
         if loaded is not None and not read_only:
             # §5.2/§6.6: validate live definitions before claiming or executing anything;
             # only live rows are read (the partial index), never terminal history.
             registry.validate_live(live)
+        head = session.head
         if not read_only:
             session = _claim(storage, session, gate)
-        return cls(storage, session, read_only=read_only, definitions=registry)
+        line = cls(storage, session, read_only=read_only, definitions=registry)
+        if root is not None and not read_only and session.head == head:
+            # No command committed between the root's load and the claim (every commit
+            # moves the head): the aggregate is current, and the first command that writes
+            # to the root does not replay it again.
+            line._remember(root)
+        return line
 
     # ------------------------------------------------------------------ state
     def check_usable(self, *, write: bool = False) -> None:
@@ -431,9 +439,12 @@ def _load_session(storage: Storage) -> Session | None:
     return loaded
 
 
-def _read_stored_state(storage: Storage, session: Session) -> list[TaskSnapshot]:
+def _read_stored_state(
+    storage: Storage, session: Session
+) -> tuple[list[TaskSnapshot], Conversation | None]:
     """Read (and so decode) what an owner starts from: the session row, the live tasks and
-    the root conversation's row and aggregate. Damage there raises before any write."""
+    the root conversation's row and aggregate (returned). Damage there raises before any
+    write."""
     root = session.root_id
     with storage.snapshot():
         meta = storage.reads.meta()
@@ -447,9 +458,10 @@ def _read_stored_state(storage: Storage, session: Session) -> list[TaskSnapshot]
             "nothing was changed. Restore the database from a backup, or rebuild the read "
             "model from the events"
         )
+    conversation = None
     if session.root_id is not None:
-        storage.load(conversation_uuid(storage.session_id, session.root_id))
-    return live
+        conversation = storage.load(conversation_uuid(storage.session_id, session.root_id))
+    return live, conversation if isinstance(conversation, Conversation) else None
 
 
 def _claim(

@@ -289,3 +289,57 @@ async def test_a_read_only_open_reads_and_audits_live_agent_work_without_definit
     check = await backend.open(read_only=True)
     assert check.head() == head
     await check.close()
+
+
+async def test_a_root_written_between_the_openers_read_and_its_claim_is_not_kept_stale(
+    sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An opener keeps the root conversation it decoded only when nothing committed
+    before its claim landed; otherwise its first write to the root reloads it."""
+    first = await sql_backend.open()
+    root = await first.root()
+    await root.append("user", "before the second open")
+    real_claim = line_module._claim
+
+    def claim_after_the_root_moved(storage: Any, session: Any, *gate: Any) -> Any:
+        def append(tx: pico.Command) -> None:
+            tx.append_context(root.id, [tx.append_entry(root.id, "user", "between")])
+
+        first._line.run_sync(append)  # the old owner writes after the opener's read
+        return real_claim(storage, session, *gate)
+
+    monkeypatch.setattr(line_module, "_claim", claim_after_the_root_moved)
+    second = await sql_backend.open()
+    monkeypatch.setattr(line_module, "_claim", real_claim)
+    moved = await second.root()
+    await moved.append("user", "the new owner's")  # a stale root would be refused here
+    texts = [e.content for e in await moved.context_entries()]
+    assert texts == ["before the second open", "between", "the new owner's"]
+    with pytest.raises(pico.StaleWriterError):
+        await root.append("user", "the old owner is fenced")
+    await second.close()
+    with contextlib.suppress(pico.PicoError):
+        await first.close()
+
+
+async def test_a_second_opener_keeps_the_root_it_decoded_and_writes_without_reloading(
+    sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = await sql_backend.open()
+    await (await h.root()).append("user", "stored")
+    await h.close()
+    h = await sql_backend.open()
+    loads: list[Any] = []
+    storage = h._line.storage
+    real_load = storage.load
+
+    def counted(aggregate_id: Any) -> Any:
+        loads.append(aggregate_id)
+        return real_load(aggregate_id)
+
+    monkeypatch.setattr(storage, "load", counted)
+    root = await h.root()
+    await root.append("user", "written")
+    assert loads == []  # the open decoded the root: the first write did not replay it
+    assert [e.content for e in await root.context_entries()] == ["stored", "written"]
+    await h.close()
