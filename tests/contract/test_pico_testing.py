@@ -39,7 +39,10 @@ TOOL_TURN: list[pico.testing.ScriptItem] = [
 
 
 async def test_a_turn_is_stored_and_read_back_as_rows_on_every_backend(backend: Backend) -> None:
-    async with pico.testing.harness(tools=[READ], script=TOOL_TURN, storage=backend.url) as t:
+    # The backend's own session: a PostgreSQL database is shared by every test and run.
+    async with pico.testing.harness(
+        tools=[READ], script=TOOL_TURN, storage=backend.url, session=backend.session
+    ) as t:
         result = await t.turn("Check the files")
         assert result.status == "done" and result.entry_id is not None
         # Check the rows against the stored entries themselves.
