@@ -27,6 +27,7 @@ ended with the tails of its output, or a result naming J at once. ``answer_held_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from pico.application.command import Command
 from pico.application.flows.approval import AWAITING_APPROVAL, LEGACY_APPROVAL, hold, migrate
@@ -47,7 +48,7 @@ from pico.application.tools import (
     ToolOutcome,
 )
 from pico.domain.errors import CommandRejectedError, PicoError
-from pico.domain.json import JsonObject, JsonValue
+from pico.domain.json import JsonObject, JsonValue, strict_json
 from pico.domain.task import Role
 from pico.domain.values import TaskSnapshot
 
@@ -120,7 +121,11 @@ class ToolTaskDefinition(TaskDefinition):
             await self._result(task, ctx, state, str(exc), is_error=True)
             return
         call = ToolCall(task.id, str(state.get("call_id")), name, args)
+        # ``args`` is what validate returned, unless a hook saw it: a before_tool hook may
+        # edit the call's arguments in place, so the invocation then validates them again.
+        checked = True
         if not state.get("approved"):
+            checked = self.services.hooks.before_tool is None
             decision = await self.services.hooks.decide_tool(call)  # outside the line
             if decision.action == "block":
                 await self._result(task, ctx, state, decision.result or "blocked", is_error=True)
@@ -128,6 +133,7 @@ class ToolTaskDefinition(TaskDefinition):
             if decision.arguments is not None:
                 try:  # a transformation is revalidated before it is used (or approved)
                     args = tool.validate(decision.arguments)
+                    checked = True  # a fresh copy: the hook holds none of it
                 except ToolArgumentsError as exc:
                     await self._result(task, ctx, state, str(exc), is_error=True)
                     return
@@ -144,7 +150,7 @@ class ToolTaskDefinition(TaskDefinition):
             await ctx.working(append_frame(frames, text))
 
         tool_ctx = ToolContext(call_id=call.call_id, tool_name=name, signal=ctx.signal, sink=admit)
-        outcome = await self._run(tool, args, tool_ctx, ctx, validated=True)
+        outcome = await self._run(tool, args, tool_ctx, ctx, validated=checked)
         if outcome.delegation is not None:  # the call continues as a subagent (§5.5)
             await self._delegate(task, ctx, running, outcome.delegation)
             return
@@ -407,12 +413,14 @@ class ToolTaskDefinition(TaskDefinition):
         validated: bool,
     ) -> ToolOutcome:
         """One invocation (a first run or a replay) in its ``execute_tool`` span. A first
-        run's arguments were just validated and persisted; a replay's stored ones are
+        run's arguments were just validated and persisted, and the tool gets its own copy
+        (what it does to them never reaches the task's state); a replay's stored ones are
         validated again, against the tool as it is now."""
         telemetry = self.services.telemetry
         with telemetry.tool(tool.name, tool_ctx.call_id) as span:
             if validated and isinstance(args, dict):
-                outcome = await tool.invoke(args, tool_ctx)
+                copy = cast(JsonObject, strict_json(args, what=f"arguments of {tool.name!r}"))
+                outcome = await tool.invoke(copy, tool_ctx)
             else:
                 outcome = await tool.run(args, tool_ctx)
             telemetry.tool_outcome(span, outcome, interrupted=ctx.signal.is_set())

@@ -99,6 +99,49 @@ async def test_before_tool_can_block_or_rewrite_and_after_tool_processes(
     await h.close()
 
 
+async def test_arguments_a_hook_edits_in_place_are_validated_before_the_tool_runs(
+    backend: Backend,
+) -> None:
+    invoked: list[JsonObject] = []
+
+    async def before(call: pico.ToolCall) -> pico.ToolDecision:
+        call.arguments["path"] = 7  # edited in place, not returned as a transformation
+        return pico.ToolDecision("allow")
+
+    provider = FauxProvider([FauxResponse(tool_calls=[("read", {"path": "a.py"})]), "done"])
+    h = await backend.open(
+        provider=provider, tools=[_read(invoked)], hooks=pico.Hooks(before_tool=before)
+    )
+    c = await h.root()
+    _, result = await _bounded(c.prompt("read it"))
+    assert result is not None and result.status == "done"
+    assert invoked == []  # never invoked with arguments its schema refuses
+    (tool_result,) = [e.content for e in (await c.entries(kind="tool")).items]
+    assert isinstance(tool_result, dict) and tool_result["is_error"] is True
+    assert "invalid at path" in str(tool_result["content"])
+    await h.close()
+
+
+async def test_a_tool_that_changes_its_arguments_leaves_the_recorded_ones_alone(
+    backend: Backend,
+) -> None:
+    async def consume(args: JsonObject, ctx: ToolContext) -> str:
+        path = args.pop("path")  # the tool's own copy
+        args["extra"] = True
+        return f"read {path}"
+
+    tool = pico.Tool("read", "Read", SCHEMA, consume)
+    provider = FauxProvider([FauxResponse(tool_calls=[("read", {"path": "a.py"})]), "done"])
+    h = await backend.open(provider=provider, tools=[tool])
+    c = await h.root()
+    _, result = await _bounded(c.prompt("read it"))
+    assert result is not None and result.status == "done"
+    (task,) = (await h.tasks(kind="tool", limit=1)).items
+    state = task.state
+    assert isinstance(state, dict) and state["arguments"] == {"path": "a.py"}
+    await h.close()
+
+
 @pytest.mark.parametrize("decision", ["grant", "deny"])
 async def test_held_calls_wait_for_approval_across_a_restart(
     backend: Backend, decision: str
