@@ -18,7 +18,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -1670,6 +1670,10 @@ class SqlProjectionWriter:
         self._forgotten.add(cid)
 
 
+#: The context of a read inside an open snapshot: it adds nothing (nullcontext is reusable).
+_NESTED: AbstractContextManager[None] = nullcontext()
+
+
 class SqlReadStore:
     """The ``ReadStore`` primitives as indexed SQL queries for one session.
 
@@ -1692,11 +1696,13 @@ class SqlReadStore:
         self._lock = threading.Lock()
         self._fairies: list[Any] = []
 
-    @contextmanager
-    def read(self) -> Iterator[None]:
+    def read(self) -> AbstractContextManager[None]:
         if getattr(self._local, "conn", None) is not None:  # nested logical read: same snapshot
-            yield
-            return
+            return _NESTED  # most reads are nested in a command's or a pass's snapshot
+        return self._snapshot()
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
         # An explicit read transaction on a DBAPI connection: SQLite's held per thread,
         # PostgreSQL's lent for the snapshot by the process's idle connections (most
         # recently used first); a pooled SQLAlchemy checkout plus its BEGIN events cost
