@@ -30,7 +30,7 @@ import pico
 from benchmarks.turns_bench import SCHEMA, _script
 from pico.application.line import CommandLine
 from pico.domain.json import JsonObject
-from pico.infrastructure.sql import store
+from pico.infrastructure.sql import store, writer
 
 FRAME_HEADER = 24
 WAL_HEADER = 32
@@ -48,8 +48,8 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
     page_size = [4096]
     commits: list[tuple[str, list[int]]] = []
     real_run = CommandLine.run
-    real_tx = store.RawWriter.transaction
-    real_flush = store.RawWriter.flush
+    real_tx = writer.RawWriter.transaction
+    real_flush = writer.RawWriter.flush
     real_pragmas = store._sqlite_pragmas
 
     def pragmas(engine: Any, synchronous: str, *, begin: str) -> None:
@@ -78,13 +78,13 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
         if after > before:
             batch.clear()
 
-    def transaction(self: store.RawWriter, work: Callable[[Any], None], **kw: Any) -> None:
+    def transaction(self: writer.RawWriter, work: Callable[[Any], None], **kw: Any) -> None:
         before = wal.stat().st_size if wal.exists() else 0
         batch.append(current[0])
         real_tx(self, work, **kw)
         record(before)
 
-    def flush(self: store.RawWriter) -> None:
+    def flush(self: writer.RawWriter) -> None:
         before = wal.stat().st_size if wal.exists() else 0
         real_flush(self)
         record(before)
@@ -94,8 +94,8 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
 
     store._sqlite_pragmas = pragmas
     CommandLine.run = run  # type: ignore[method-assign]
-    store.RawWriter.transaction = transaction  # type: ignore[method-assign]
-    store.RawWriter.flush = flush  # type: ignore[method-assign]
+    writer.RawWriter.transaction = transaction  # type: ignore[method-assign]
+    writer.RawWriter.flush = flush  # type: ignore[method-assign]
     try:
         provider = pico.FauxProvider(_script(turns), keep_requests=False)
         tools = [pico.Tool("read", "Read", SCHEMA, tool), pico.Tool("grep", "Grep", SCHEMA, tool)]
@@ -113,8 +113,8 @@ async def measure(db: Path, turns: int) -> list[tuple[str, list[str]]]:
     finally:
         store._sqlite_pragmas = real_pragmas
         CommandLine.run = real_run  # type: ignore[method-assign]
-        store.RawWriter.transaction = real_tx  # type: ignore[method-assign]
-        store.RawWriter.flush = real_flush  # type: ignore[method-assign]
+        writer.RawWriter.transaction = real_tx  # type: ignore[method-assign]
+        writer.RawWriter.flush = real_flush  # type: ignore[method-assign]
     return [(name, [owners.get(p, "(page added since)") for p in pages]) for name, pages in commits]
 
 

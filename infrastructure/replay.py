@@ -436,7 +436,7 @@ def _rebuild_sql(conn: Connection, session: str, where: str) -> RebuildReport:
         # As long as SQLite's busy_timeout: a writer holding the lock longer makes this a
         # StorageUnavailableError, never an endless wait. The session's write lock (the
         # advisory lock its claim and every write transaction of its owner take first:
-        # sql/store.py SESSION_LOCK) holds off that session's owner for the rebuild's
+        # sql/writer.py SESSION_LOCK) holds off that session's owner for the rebuild's
         # length, and no other session.
         conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")
         conn.exec_driver_sql(SESSION_LOCK, (session,))

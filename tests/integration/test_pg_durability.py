@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import pico
-from pico.infrastructure.sql import store
+from pico.infrastructure.sql import writer
 from tests.backends import require_postgres
 
 ASYNC = "SET LOCAL synchronous_commit = off"
@@ -22,13 +22,13 @@ ASYNC = "SET LOCAL synchronous_commit = off"
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every write transaction's string as it goes to the server."""
     texts: list[str] = []
-    original = store._ClientBatch.send
+    original = writer._ClientBatch.send
 
     def send(self: Any) -> None:
         texts.append(";".join(self._parts))
         original(self)
 
-    monkeypatch.setattr(store._ClientBatch, "send", send)
+    monkeypatch.setattr(writer._ClientBatch, "send", send)
     return texts
 
 

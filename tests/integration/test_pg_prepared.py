@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pico
-from pico.infrastructure.sql import store
+from pico.infrastructure.sql import writer as sql_writer
 from tests.backends import require_postgres
 from tests.integration.test_pg_round_trips import _completed, _traced, _writer_conn
 
@@ -54,7 +54,7 @@ def conn() -> Any:
 @given(value=VALUES)
 def test_every_literal_reads_back_as_its_value(conn: Any, conforming: str, value: Any) -> None:
     conn.execute(f"SET standard_conforming_strings = {conforming}")
-    literal = store._literal(value)
+    literal = sql_writer._literal(value)
     assert literal is not None
     if isinstance(value, int) and not isinstance(value, bool):
         # After a minus, a negative number must not make a comment (``1--3``).
@@ -70,10 +70,10 @@ def test_every_literal_reads_back_as_its_value(conn: Any, conforming: str, value
 
 def test_what_psycopg_quotes_itself_is_left_to_it() -> None:
     # A NUL byte (which psycopg refuses with its own error), floats, anything else.
-    assert store._literal("a\x00b") is None
-    assert store._literal(1.5) is None
-    assert store._literal(b"\x00\xff") == "E'\\\\x00ff'::bytea"
-    assert store._literal(-3) == " -3" and store._literal(True) == "true"
+    assert sql_writer._literal("a\x00b") is None
+    assert sql_writer._literal(1.5) is None
+    assert sql_writer._literal(b"\x00\xff") == "E'\\\\x00ff'::bytea"
+    assert sql_writer._literal(-3) == " -3" and sql_writer._literal(True) == "true"
 
 
 async def test_a_statement_is_prepared_once_per_connection_and_executed_after() -> None:
@@ -119,7 +119,7 @@ async def test_a_failed_transaction_forgets_what_it_prepared_and_the_next_prepar
 
     with pytest.raises(Exception, match="division by zero"):
         writer.transaction(fails)
-    assert conn not in store._PREPARED or not store._PREPARED[conn]
+    assert conn not in sql_writer._PREPARED or not sql_writer._PREPARED[conn]
     assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
     seen: list[Any] = []
 
@@ -169,10 +169,10 @@ async def test_a_failed_read_forgets_what_its_connection_prepared() -> None:
     with rs.read():
         rs.meta()
         conn = rs._local.conn
-    assert store._PREPARED[conn]
+    assert sql_writer._PREPARED[conn]
     with pytest.raises(pico.PicoError), rs.read():
         rs._rows("SELECT ?::int / 0 AS prepared_then_failing", (1,))
-    assert conn not in store._PREPARED
+    assert conn not in sql_writer._PREPARED
     assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
     with rs.read():
         assert rs.meta() is not None and rs.meta().head >= 1  # prepared again, and read
@@ -183,21 +183,21 @@ async def test_a_long_in_list_is_read_with_literals_and_never_prepared() -> None
     url = require_postgres("the prepared-statement tests")
     h = await pico.Harness.open(url, session=f"prep-{uuid.uuid4().hex[:12]}")
     c = await h.root()
-    ids = [await c.append("user", f"e{i}") for i in range(store._PREPARED_PARAMS + 2)]
+    ids = [await c.append("user", f"e{i}") for i in range(sql_writer._PREPARED_PARAMS + 2)]
     rs = _reader(h)
     with rs.read():
         rs.meta()
         conn = rs._local.conn
-    before = dict(store._PREPARED[conn])
+    before = dict(sql_writer._PREPARED[conn])
     with rs.read():
         rows = rs.entry_rows(ids, content=True)
     assert sorted(rows) == sorted(ids) and rows[ids[3]].content == '"e3"'
     # The statement with more parameters than the limit was not prepared; one within it was.
-    added = [s for s in store._PREPARED[conn] if s not in before]
-    assert all(s.count("%s") <= store._PREPARED_PARAMS for s in added), added
+    added = [s for s in sql_writer._PREPARED[conn] if s not in before]
+    assert all(s.count("%s") <= sql_writer._PREPARED_PARAMS for s in added), added
     with rs.read():
         assert sorted(rs.entry_rows(ids[:2], content=False)) == sorted(ids[:2])
-    assert any(s.count("%s") == 3 for s in store._PREPARED[conn] if s not in before)
+    assert any(s.count("%s") == 3 for s in sql_writer._PREPARED[conn] if s not in before)
     await h.close()
 
 

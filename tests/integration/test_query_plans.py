@@ -109,7 +109,7 @@ async def test_an_append_finds_the_context_end_by_one_index_probe_in_a_generic_p
     import psycopg
     import psycopg.sql
 
-    from pico.infrastructure.sql.store import _LAST_POSITION
+    from pico.infrastructure.sql.recorder import _LAST_POSITION
     from tests.backends import require_postgres
 
     url = require_postgres("the generic plan of the context-end query")

@@ -1,0 +1,610 @@
+"""The event recorder and the projection writer (SQLite and PostgreSQL).
+
+``SqlRecorder.insert_events`` writes the stored events AND their projected read-model rows
+in ONE transaction on the session's writer, so no reader ever sees half a commit and no
+read lags a returned command; ``SqlProjectionWriter`` turns row ops into those statements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from eventsourcing.persistence import AggregateRecorder, StoredEvent
+
+from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.notify import (
+    CommitListener,
+    channel_for,
+    conninfo,
+)
+from pico.infrastructure.sql.writer import RawWriter
+from pico.projections.ops import (
+    AppendContext,
+    AppendElement,
+    CreateConversation,
+    DeleteConversation,
+    DropElements,
+    DropValue,
+    EstablishAddress,
+    LinkOwned,
+    MarkTaskAbort,
+    PatchTask,
+    PutClaim,
+    PutClear,
+    PutCommit,
+    PutEntry,
+    PutRoot,
+    PutSession,
+    PutTask,
+    PutValue,
+    PutVersion,
+    ReplacePrefix,
+    ResetContext,
+    RetireWorking,
+    RowOp,
+)
+
+if TYPE_CHECKING:
+    from pico.infrastructure.sql.store import SqlDatabase
+
+
+log = logging.getLogger("pico.storage")
+
+
+class SqlRecorder(AggregateRecorder):
+    """An eventsourcing recorder whose inserts also apply read-model row ops.
+
+    The write path is fixed-shape and hot, so it runs precompiled statements on one held
+    DBAPI connection (the session has one writer); reads use SQLAlchemy Core.
+    """
+
+    def __init__(self, db: SqlDatabase, *, table: sa.Table = t.events) -> None:
+        self.db = db
+        self.table = table
+        self.is_events = table is t.events
+        self._writer = db.raw_writer()
+        #: PostgreSQL: every event batch ends its transaction with a NOTIFY on the
+        #: session's channel (LISTEN/NOTIFY watch wakeups); False only to measure its cost.
+        self.notify_commits = db.dialect == "postgresql" and self.is_events
+        self._channels: dict[str, str] = {}
+        self._listeners: list[CommitListener] = []
+        #: The last context position of each conversation this writer has written or read,
+        #: as of its last committed transaction (None: an empty context): the owner is the
+        #: session's only writer, so an append needs no read of it (``_LAST_POSITION``).
+        self._lasts: dict[tuple[str, int], int | None] = {}
+
+    @property
+    def writer(self) -> RawWriter:
+        return self._writer
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        session_id: str = kwargs.get("session_id", "")
+        ops: Sequence[RowOp] = kwargs.get("ops", ())
+        if self.is_events:
+            sql = self._writer.sql(_INSERT_EVENT)
+            rows: list[tuple[Any, ...]] = [
+                (session_id, _hex(e.originator_id), e.originator_version, e.topic, e.state)
+                for e in stored_events
+            ]
+        else:
+            sql = self._writer.sql(_INSERT_SNAPSHOT)
+            rows = [
+                (_hex(e.originator_id), e.originator_version, e.topic, e.state)
+                for e in stored_events
+            ]
+
+        def write(cur: Any) -> None:
+            if rows:
+                cur.executemany(sql, rows)
+            if not self.is_events:
+                # Only the newest snapshot is ever read: older ones would grow storage with
+                # every snapshot interval (a context can be long), so replace them.
+                cur.executemany(self._writer.sql(_PRUNE_SNAPSHOTS), [(r[0], r[1]) for r in rows])
+            if ops:
+                projection.apply(ops, cur)
+            if notify is not None:
+                # Last, in the same transaction: delivered at COMMIT, dropped by a rollback.
+                cur.execute(self.db.notify_statement, (notify,))
+
+        notify = self._channel(session_id) if self.notify_commits and rows else None
+        projection = SqlProjectionWriter(
+            None, self._writer.sql, session_id, self.db.dialect, lasts=self._lasts
+        )
+        try:
+            self._writer.transaction(write, defer=bool(kwargs.get("defer")))
+        except BaseException:
+            # What the failed transaction read or wrote is not the database's: forget all
+            # (a rolled-back deferred batch took earlier commands' appends with it).
+            self._lasts.clear()
+            raise
+        projection.settle()
+        return None
+
+    def _channel(self, session_id: str) -> str:
+        channel = self._channels.get(session_id)
+        if channel is None:
+            channel = self._channels[session_id] = channel_for(session_id)
+        return channel
+
+    def listen(self, session_id: str) -> Callable[..., Any] | None:
+        """PostgreSQL: ``wait_commit(after=, timeout=)`` for a watcher of ``session_id``
+        (a ``CommitListener`` closed with this recorder); None on SQLite, which has no
+        notifications (the watch hub polls)."""
+        if self.db.dialect != "postgresql" or not self.is_events:
+            return None
+        listener = CommitListener(
+            conninfo(self.db.writer.url), self._channel(session_id), location=self.db.location
+        )
+        self._listeners.append(listener)
+        return listener.wait
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        c = self.table.c
+        q = sa.select(c.originator_id, c.originator_version, c.topic, c.state).where(
+            c.originator_id == _hex(originator_id)
+        )
+        if gt is not None:
+            q = q.where(c.originator_version > gt)
+        if lte is not None:
+            q = q.where(c.originator_version <= lte)
+        q = q.order_by(c.originator_version.desc() if desc else c.originator_version)
+        if limit is not None:
+            q = q.limit(limit)
+        if self._writer.pending:  # the loader must see every command this session ran
+            self._writer.flush()
+        with (
+            self.db.translating(f"reading the events of stream {_hex(originator_id)}"),
+            self.db.loader.connect() as conn,
+        ):
+            return [StoredEvent(UUID(r[0]), r[1], r[2], _body(r[3])) for r in conn.execute(q)]
+
+    def select_session_events(
+        self, session_id: str, *, after: int, limit: int
+    ) -> list[tuple[int, StoredEvent]]:
+        c = t.events.c
+        q = (
+            sa.select(c.id, c.originator_id, c.originator_version, c.topic, c.state)
+            .where(c.session_id == session_id, c.id > after)
+            .order_by(c.id)
+            .limit(limit)
+        )
+        if self._writer.pending:
+            self._writer.flush()
+        doing = f"reading the events of session {session_id!r} after position {after}"
+        with self.db.translating(doing), self.db.loader.connect() as conn:
+            return [
+                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], _body(r[4]))) for r in conn.execute(q)
+            ]
+
+    def last_session_position(self, session_id: str) -> int:
+        """The position of the session's newest stored event (0: none): one index seek."""
+        c = t.events.c
+        q = sa.select(sa.func.max(c.id)).where(c.session_id == session_id)
+        if self._writer.pending:
+            self._writer.flush()
+        doing = f"reading the newest event position of session {session_id!r}"
+        with self.db.translating(doing), self.db.loader.connect() as conn:
+            return int(conn.execute(q).scalar_one() or 0)
+
+    def count_session_events(self, session_id: str, *, after: int) -> int:
+        c = t.events.c
+        q = sa.select(sa.func.count()).where(c.session_id == session_id, c.id > after)
+        if self._writer.pending:
+            self._writer.flush()
+        doing = f"counting the events of session {session_id!r} after position {after}"
+        with self.db.translating(doing), self.db.loader.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def abandon(self, reason: str) -> None:
+        self._writer.abandon(reason)
+
+    def exclusive(self, session_id: str) -> Any:
+        # A claim: another owner may have written since this one last did.
+        self._lasts.clear()
+        return self._writer.exclusive(session_id)
+
+    def close(self) -> None:
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
+        self._writer.close()
+
+
+def _hex(value: UUID | str) -> str:
+    return value.hex if isinstance(value, UUID) else UUID(value).hex
+
+
+_INSERT_EVENT = (
+    "INSERT INTO pico_events (session_id, originator_id, originator_version, "
+    "topic, state) VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_SNAPSHOT = (
+    "INSERT INTO pico_snapshots (originator_id, originator_version, topic, "
+    "state) VALUES (?, ?, ?, ?)"
+)
+_PRUNE_SNAPSHOTS = "DELETE FROM pico_snapshots WHERE originator_id = ? AND originator_version < ?"
+_INSERT_ENTRY = (
+    "INSERT INTO pico_entries (session_id, id, conversation_id, kind, key, "
+    "content, metadata, by_task_id, commit_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_EDIT = (
+    "INSERT INTO pico_context_edits (session_id, conversation_id, seq, op, base, "
+    "ids, removed, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_ELEMENT = (
+    "INSERT INTO pico_context_elements (session_id, conversation_id, position, "
+    "entry_id) VALUES (?, ?, ?, ?)"
+)
+# ORDER BY ... DESC LIMIT 1, not max(): PostgreSQL's generic plan for a prepared max()
+# (psycopg prepares a statement after its 5th run) aggregates over every element of the
+# conversation, so each append cost O(context) (2.4 -> 4.8 ms per commit over 4,000
+# appends); this form is a backward index probe in every plan (§7.2: "latest" is DESC LIMIT 1).
+_LAST_POSITION = (
+    "SELECT position FROM pico_context_elements WHERE session_id = ? AND conversation_id = ? "
+    "ORDER BY position DESC LIMIT 1"
+)
+_PIVOT = (
+    "SELECT position FROM pico_context_elements WHERE session_id = ? AND "
+    "conversation_id = ? ORDER BY position LIMIT 1 OFFSET ?"
+)
+_DELETE_THROUGH = (
+    "DELETE FROM pico_context_elements WHERE session_id = ? AND "
+    "conversation_id = ? AND position <= ?"
+)
+_DELETE_CONTEXT = "DELETE FROM pico_context_elements WHERE session_id = ? AND conversation_id = ?"
+_INSERT_COMMIT = "INSERT INTO pico_commits (session_id, last, first, scope) VALUES (?, ?, ?, ?)"
+_HEAD_MAIN = "UPDATE pico_sessions SET head = ?, main_head = ? WHERE session_id = ?"
+_HEAD = "UPDATE pico_sessions SET head = ? WHERE session_id = ?"
+_INSERT_SESSION = "INSERT INTO pico_sessions (session_id, head, main_head) VALUES (?, 0, 0)"
+_OWNER = "UPDATE pico_sessions SET owner = ? WHERE session_id = ?"
+_ROOT = "UPDATE pico_sessions SET root_id = ? WHERE session_id = ?"
+_INSERT_CONVERSATION = (
+    "INSERT INTO pico_conversations (session_id, id, created_seq, source_conversation_id, "
+    "source_as_of, inherit_state, owner_task_id, prefix_revision, deleted_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL)"
+)
+_REVISION = "UPDATE pico_conversations SET prefix_revision = ? WHERE session_id = ? AND id = ?"
+_DELETED = "UPDATE pico_conversations SET deleted_seq = ? WHERE session_id = ? AND id = ?"
+
+
+_ESTABLISH = {
+    "sqlite": (
+        "INSERT OR IGNORE INTO pico_addresses (session_id, scope_kind, kind, namespace, "
+        "key, rewind) VALUES (?, ?, ?, ?, ?, ?)"
+    ),
+    "postgresql": (
+        "INSERT INTO pico_addresses (session_id, scope_kind, kind, namespace, key, "
+        "rewind) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    ),
+}
+_UPSERT_VALUE = (
+    "INSERT INTO pico_values (session_id, scope, namespace, key, seq, value) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, scope, namespace, key) "
+    "DO UPDATE SET seq = excluded.seq, value = excluded.value"
+)
+_DROP_VALUE = (
+    "DELETE FROM pico_values WHERE session_id = ? AND scope = ? AND namespace = ? AND key = ?"
+)
+_PUT_VERSION = (
+    "INSERT INTO pico_value_versions (session_id, conversation_id, namespace, key, "
+    "seq, value) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_APPEND_ELEMENT = (
+    "INSERT INTO pico_list_elements (session_id, scope, namespace, key, id, "
+    "value) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_DROP_ELEMENTS = (
+    "DELETE FROM pico_list_elements WHERE session_id = ? AND scope = ? AND "
+    "namespace = ? AND key = ?"
+)
+_PUT_CLEAR = (
+    "INSERT INTO pico_list_clears (session_id, scope, namespace, key, seq) VALUES (?, ?, ?, ?, ?)"
+)
+_RETIRE_VALUES = "DELETE FROM pico_values WHERE session_id = ? AND scope = ? AND seq <= ?"
+_RETIRE_ELEMENTS = "DELETE FROM pico_list_elements WHERE session_id = ? AND scope = ? AND id <= ?"
+
+
+_INSERT_TASK = (
+    "INSERT INTO pico_tasks (session_id, id, conversation_id, kind, status, role, state, "
+    "after, foreground, spawned_by, owned_conversation_id, not_before, required_permit, "
+    "abort_requested, updated_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)"
+)
+# A patch without new state (NULL) keeps the stored state.
+_PATCH_TASK = (
+    "UPDATE pico_tasks SET status = ?, role = ?, state = COALESCE(?, state), after = ?, "
+    "not_before = ?, required_permit = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
+)
+_MARK_ABORT = (
+    "UPDATE pico_tasks SET abort_requested = ?, updated_seq = ? WHERE session_id = ? AND id = ?"
+)
+_LINK_OWNED = (
+    "UPDATE pico_tasks SET owned_conversation_id = ?, updated_seq = ? "
+    "WHERE session_id = ? AND id = ?"
+)
+
+
+class SqlProjectionWriter:
+    """Applies row ops inside the events' transaction. Touches only the rows a commit
+    changes: no transcript or context rewrite per append."""
+
+    def __init__(
+        self,
+        cur: Any,
+        sql: Callable[[str], str],
+        session_id: str,
+        dialect: str = "sqlite",
+        *,
+        lasts: dict[tuple[str, int], int | None] | None = None,
+    ) -> None:
+        self.cur = cur
+        self.q = sql
+        self.sid = session_id
+        self.dialect = dialect
+        # The writer's known last context positions (``SqlRecorder._lasts``), updated by
+        # ``settle`` once this transaction committed: ``_changed`` holds its new values,
+        # ``_forgotten`` the conversations whose last position it no longer knows.
+        self._lasts = lasts
+        self._changed: dict[int, int | None] = {}
+        self._forgotten: set[int] = set()
+        # Consecutive writes of one statement go out as one executemany (psycopg pipelines
+        # them); the buffer is flushed before every read and at the end, so order holds.
+        self._pending: list[tuple[Any, ...]] = []
+        self._pending_sql: str | None = None
+
+    def _x(self, statement: str, params: tuple[Any, ...]) -> None:
+        if statement is not self._pending_sql:
+            self._flush()
+            self._pending_sql = statement
+        self._pending.append(params)
+
+    def _flush(self) -> None:
+        if self._pending_sql is not None and self._pending:
+            if len(self._pending) == 1:
+                self.cur.execute(self.q(self._pending_sql), self._pending[0])
+            else:
+                self.cur.executemany(self.q(self._pending_sql), self._pending)
+        self._pending = []
+        self._pending_sql = None
+
+    def _read_one(self, statement: str, params: tuple[Any, ...]) -> Any:
+        self._flush()
+        self.cur.execute(self.q(statement), params)
+        row = self.cur.fetchone()
+        return None if row is None else row[0]
+
+    def settle(self) -> None:
+        """The transaction committed: what it wrote is what the writer now knows."""
+        if self._lasts is None:
+            return
+        for cid in self._forgotten:
+            self._lasts.pop((self.sid, cid), None)
+        for cid, last in self._changed.items():
+            self._lasts[(self.sid, cid)] = last
+
+    def apply(self, ops: Sequence[RowOp], cur: Any = None) -> None:
+        if cur is not None:
+            self.cur = cur
+        sid = self.sid
+        entries: list[tuple[Any, ...]] = []
+        edits: list[tuple[Any, ...]] = []
+        establish: set[tuple[Any, ...]] = set()
+        for op in ops:  # most frequent ops first
+            if isinstance(op, PutCommit):
+                self._x(_INSERT_COMMIT, (sid, op.last, op.first, op.scope))
+                if op.scope == "main":
+                    self._x(_HEAD_MAIN, (op.last, op.last, sid))
+                else:
+                    self._x(_HEAD, (op.last, sid))
+            elif isinstance(op, PatchTask):
+                after = json.dumps(list(op.after))
+                self._x(
+                    _PATCH_TASK,
+                    (
+                        op.status,
+                        op.role,
+                        op.state,
+                        after,
+                        op.not_before,
+                        op.required_permit,
+                        op.seq,
+                        sid,
+                        op.task_id,
+                    ),
+                )
+            elif isinstance(op, PutTask):
+                self._x(
+                    _INSERT_TASK,
+                    (
+                        sid,
+                        op.task_id,
+                        op.conversation_id,
+                        op.kind,
+                        op.status,
+                        op.role,
+                        op.state,
+                        json.dumps(list(op.after)),
+                        op.foreground,
+                        op.spawned_by,
+                        op.not_before,
+                        op.required_permit,
+                        False,
+                        op.task_id,
+                    ),
+                )
+            elif isinstance(op, PutEntry):
+                entries.append(
+                    (
+                        sid,
+                        op.entry_id,
+                        op.conversation_id,
+                        op.kind,
+                        op.key,
+                        op.content,
+                        op.metadata,
+                        op.by_task_id,
+                        op.commit_end,
+                    )
+                )
+            elif isinstance(op, AppendContext):
+                self._append_elements(op.conversation_id, op.ids)
+                edits.append(
+                    self._edit(op.conversation_id, op.seq, "append", op.ids, 0, op.revision)
+                )
+            elif isinstance(op, CreateConversation):
+                cid = op.conversation_id
+                self._x(
+                    _INSERT_CONVERSATION,
+                    (
+                        sid,
+                        cid,
+                        cid,
+                        op.source_conversation_id,
+                        op.source_as_of,
+                        op.inherit_state,
+                        op.owner_task_id,
+                    ),
+                )
+                self._insert_elements(cid, 0, op.context)
+                self._known(cid, len(op.context) - 1 if op.context else None)
+                edits.append(self._edit(cid, cid, "create", op.context, 0, 0))
+            elif isinstance(op, ReplacePrefix):
+                self._replace(op)
+                edits.append(
+                    self._edit(
+                        op.conversation_id,
+                        op.seq,
+                        "replace",
+                        op.replacement,
+                        op.removed,
+                        op.revision,
+                    )
+                )
+            elif isinstance(op, ResetContext):
+                self._x(_DELETE_CONTEXT, (sid, op.conversation_id))
+                self._insert_elements(op.conversation_id, 0, op.ids)
+                self._known(op.conversation_id, len(op.ids) - 1 if op.ids else None)
+                self._x(_REVISION, (op.revision, sid, op.conversation_id))
+                edits.append(
+                    self._edit(op.conversation_id, op.seq, "reset", op.ids, 0, op.revision)
+                )
+            elif isinstance(op, DeleteConversation):
+                self._x(_DELETED, (op.seq, sid, op.conversation_id))
+            elif isinstance(op, EstablishAddress):
+                # Idempotent: written once per batch, after the other rows.
+                establish.add((sid, op.scope_kind, op.kind, op.namespace, op.key, op.rewind))
+            elif isinstance(op, PutValue):
+                self._x(_UPSERT_VALUE, (sid, op.scope, op.namespace, op.key, op.seq, op.value))
+            elif isinstance(op, DropValue):
+                self._x(_DROP_VALUE, (sid, op.scope, op.namespace, op.key))
+            elif isinstance(op, PutVersion):
+                self._x(
+                    _PUT_VERSION, (sid, op.conversation_id, op.namespace, op.key, op.seq, op.value)
+                )
+            elif isinstance(op, AppendElement):
+                self._x(
+                    _APPEND_ELEMENT, (sid, op.scope, op.namespace, op.key, op.element_id, op.value)
+                )
+            elif isinstance(op, DropElements):
+                self._x(_DROP_ELEMENTS, (sid, op.scope, op.namespace, op.key))
+            elif isinstance(op, PutClear):
+                self._x(_PUT_CLEAR, (sid, op.scope, op.namespace, op.key, op.seq))
+            elif isinstance(op, RetireWorking):
+                self._x(_RETIRE_VALUES, (sid, op.scope, op.seq))
+                self._x(_RETIRE_ELEMENTS, (sid, op.scope, op.seq))
+            elif isinstance(op, MarkTaskAbort):
+                self._x(_MARK_ABORT, (True, op.seq, sid, op.task_id))
+            elif isinstance(op, LinkOwned):
+                self._x(_LINK_OWNED, (op.conversation_id, op.seq, sid, op.task_id))
+            elif isinstance(op, PutSession):
+                self._x(_INSERT_SESSION, (sid,))
+            elif isinstance(op, PutClaim):
+                self._x(_OWNER, (op.owner, sid))
+            elif isinstance(op, PutRoot):
+                self._x(_ROOT, (op.conversation_id, sid))
+        self._flush()
+        if establish:
+            self.cur.executemany(self.q(_ESTABLISH[self.dialect]), sorted(establish))
+        if entries:
+            self.cur.executemany(self.q(_INSERT_ENTRY), entries)
+        if edits:
+            self.cur.executemany(self.q(_INSERT_EDIT), edits)
+
+    def _edit(
+        self, cid: int, seq: int, op: str, ids: Sequence[int], removed: int, revision: int
+    ) -> tuple[Any, ...]:
+        return (
+            self.sid,
+            cid,
+            seq,
+            op,
+            op in ("create", "reset"),
+            json.dumps(list(ids)),
+            removed,
+            revision,
+        )
+
+    def _insert_elements(self, cid: int, start: int, ids: Sequence[int]) -> None:
+        if ids:
+            self._flush()
+            self.cur.executemany(
+                self.q(_INSERT_ELEMENT), [(self.sid, cid, start + i, e) for i, e in enumerate(ids)]
+            )
+
+    def _known(self, cid: int, last: int | None) -> None:
+        self._changed[cid] = last
+        self._forgotten.discard(cid)
+
+    def _last_position(self, cid: int) -> int | None:
+        """The conversation's last context position: what this transaction or the writer
+        knows, else one read."""
+        if cid in self._changed:
+            return self._changed[cid]
+        key = (self.sid, cid)
+        if self._lasts is not None and cid not in self._forgotten and key in self._lasts:
+            return self._lasts[key]
+        last: int | None = self._read_one(_LAST_POSITION, (self.sid, cid))
+        self._known(cid, last)
+        return last
+
+    def _append_elements(self, cid: int, ids: Sequence[int]) -> None:
+        last = self._last_position(cid)
+        start = 0 if last is None else last + 1
+        self._insert_elements(cid, start, ids)
+        if ids:
+            self._known(cid, start + len(ids) - 1)
+
+    def _replace(self, op: ReplacePrefix) -> None:
+        cid = op.conversation_id
+        # The position of the last replaced element; the retained suffix is not rewritten.
+        pivot = self._read_one(_PIVOT, (self.sid, cid, op.removed - 1))
+        self._x(_DELETE_THROUGH, (self.sid, cid, pivot))
+        self._insert_elements(cid, pivot - len(op.replacement) + 1, op.replacement)
+        self._x(_REVISION, (op.revision, self.sid, cid))
+        # Whether a suffix was retained is not known here: the next append reads.
+        self._changed.pop(cid, None)
+        self._forgotten.add(cid)
+
+
+def _body(value: Any) -> bytes:
+    """A stored body as bytes. A body rewritten behind pico's back as SQLite TEXT (e.g. by
+    ``replace()``) reads as its UTF-8 bytes, so decoding and the hash chain report it
+    instead of the driver's type error escaping."""
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
