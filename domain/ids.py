@@ -24,6 +24,7 @@ __all__ = [
     "conversation_uuid",
     "invalid_argument",
     "session_uuid",
+    "stream_uuid",
     "task_uuid",
 ]
 
@@ -31,6 +32,12 @@ __all__ = [
 MAX_SEQ = 2**53 - 1
 
 _NS = uuid5(NAMESPACE_URL, "pico:aggregate")
+
+
+def stream_uuid(oid: UUID | str) -> UUID:
+    """A stored event's stream id as a UUID: recorders hand back the aggregate's UUID, or
+    its text when it was read from storage (no round trip through text for the first)."""
+    return oid if isinstance(oid, UUID) else UUID(str(oid))
 
 
 def session_uuid(session_id: str) -> UUID:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
-from uuid import UUID
 
 import pydantic_core
 from eventsourcing.persistence import StoredEvent
 
 from pico.application.chain import ChainBreak, ChainReport
+from pico.domain.ids import stream_uuid
 from pico.domain.session import BOUNDARY_TOPICS
 
 __all__ = [
@@ -52,7 +52,7 @@ _CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
 
 
 def _hex(oid: Any) -> bytes:
-    return (oid if isinstance(oid, UUID) else UUID(str(oid))).hex.encode()
+    return stream_uuid(oid).hex.encode()
 
 
 #: Encoded topics (a few dozen event types): framing is on every commit's path.

@@ -38,6 +38,8 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import get_topic, resolve_topic
 
+from pico.domain.ids import stream_uuid
+
 __all__ = ["EventSchemaError", "event_schema", "make_mapper", "validate_state"]
 
 #: Fields every event has, set from the stored record's columns, not its body.
@@ -131,7 +133,7 @@ class _PlainEventMapper(Mapper[UUID]):
                 f"{stored_event.originator_version})"
             ) from None
         oid = stored_event.originator_id
-        state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
+        state["originator_id"] = stream_uuid(oid)
         state["originator_version"] = stored_event.originator_version
         event = object.__new__(cls)
         object.__setattr__(event, "__dict__", state)

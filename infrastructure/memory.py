@@ -16,6 +16,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import AggregateRecorder, IntegrityError, StoredEvent
 
+from pico.domain.ids import stream_uuid
 from pico.projections.memory import MemoryReadStore
 from pico.projections.ops import RowOp
 
@@ -58,12 +59,6 @@ def named_database(name: str) -> MemoryDatabase:
         return db
 
 
-def _uuid(oid: UUID | str) -> UUID:
-    """A stream id as the UUID streams are keyed by (stored events carry the aggregate's
-    UUID already: no round trip through its text)."""
-    return oid if type(oid) is UUID else UUID(str(oid))
-
-
 def _version(e: StoredEvent) -> int:
     return e.originator_version
 
@@ -91,7 +86,7 @@ class MemoryRecorder(AggregateRecorder):
             return
         pending: dict[UUID, int] = {}
         for e in stored_events:
-            oid = _uuid(e.originator_id)
+            oid = stream_uuid(e.originator_id)
             stream = self.streams.get(oid, [])
             # A new stream accepts any first version (the library's recorders take version
             # 0 too); after that versions must increase.
@@ -107,11 +102,11 @@ class MemoryRecorder(AggregateRecorder):
         for every reader (under the database lock)."""
         if not self.is_events:  # only the newest snapshot is ever read
             for e in stored_events:
-                self.streams[_uuid(e.originator_id)] = [e]
+                self.streams[stream_uuid(e.originator_id)] = [e]
         else:
             log = self.db.log.setdefault(session_id, [])
             for e in stored_events:
-                self.streams.setdefault(_uuid(e.originator_id), []).append(e)
+                self.streams.setdefault(stream_uuid(e.originator_id), []).append(e)
                 log.append(e)
         if ops:
             self.db.read_store(session_id).apply(ops)
@@ -135,7 +130,7 @@ class MemoryRecorder(AggregateRecorder):
         increase): a reload after a snapshot, or a read of the newest snapshot, copies
         only what it returns, however long the stream."""
         with self.db.lock:
-            stream = self.streams.get(_uuid(originator_id), [])
+            stream = self.streams.get(stream_uuid(originator_id), [])
             start = 0 if gt is None else bisect.bisect_right(stream, gt, key=_version)
             end = len(stream) if lte is None else bisect.bisect_right(stream, lte, key=_version)
             if limit is not None and limit >= 0:  # only what is returned is copied

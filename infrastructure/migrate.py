@@ -58,7 +58,7 @@ from pico.domain.errors import (
     StorageCorruptError,
     UnknownSessionError,
 )
-from pico.domain.ids import conversation_uuid, session_uuid, task_uuid
+from pico.domain.ids import conversation_uuid, session_uuid, stream_uuid, task_uuid
 from pico.infrastructure.chain import (
     chain_link,
     seal_boundary,
@@ -679,7 +679,7 @@ def _resume(source: SourceReader, target: TargetWriter, copier: _Copier) -> int:
 def _key(s: StoredEvent) -> tuple[str, int, str, bytes]:
     oid = s.originator_id
     return (
-        oid.hex if isinstance(oid, UUID) else UUID(str(oid)).hex,
+        stream_uuid(oid).hex,
         s.originator_version,
         s.topic,
         bytes(s.state),

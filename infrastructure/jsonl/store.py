@@ -45,6 +45,7 @@ from pico.domain.errors import (
     StorageUnavailableError,
     UnknownSessionError,
 )
+from pico.domain.ids import stream_uuid
 from pico.domain.state import StateWrite
 from pico.infrastructure.jsonl.journal import (
     SESSION_TOPIC,
@@ -213,7 +214,7 @@ class JsonlStore:
         log_ = self.db.log.setdefault(self.session_id, [])
         for e in batch.events:
             oid = e.originator_id
-            events.setdefault(oid if isinstance(oid, UUID) else UUID(str(oid)), []).append(e)
+            events.setdefault(stream_uuid(oid), []).append(e)
             log_.append(e)
         try:
             self.read_store.apply(ops)
