@@ -186,9 +186,10 @@ class Window:
         return size
 
 
-def _phases(n: int, window: int) -> list[tuple[int, int]]:
-    """(history before the window, window) for N and 10N: ``range`` bounds of op indexes."""
-    return [(n, window), (10 * n, window)]
+def _phases(n: int, window: int) -> list[tuple[int, range]]:
+    """For N and 10N: the history before the window, and the op indexes to run up to the
+    window's end (the first phase starts at 0, the second where the first ended)."""
+    return [(n, range(0, n + window)), (10 * n, range(n + window, 10 * n + window))]
 
 
 async def _read(args: JsonObject, ctx: ToolContext) -> str:
@@ -232,9 +233,8 @@ async def compaction(target: Target, n: int, window: int) -> Report:
     h = await open_()
     c = await h.root()
     sizes: list[Size] = []
-    done = 0
-    for history, count in _phases(n, window):
-        for turn in range(done, history + count):
+    for history, ops in _phases(n, window):
+        for turn in ops:
             if turn == history:
                 win = Window(meter, target, history)
             provider.script.extend(script(turn))
@@ -242,7 +242,6 @@ async def compaction(target: Target, n: int, window: int) -> Report:
             assert result is not None and result.status == "done", result
             if (turn + 1) % COLLAPSE_EVERY == 0:
                 assert await meter.run("collapse", _collapse(h, c)) == "done"
-        done = history + count
         size = win.close(h)
         await h.close()
         meter.recording = True  # the reopens join this size
@@ -298,9 +297,8 @@ async def approvals(target: Target, n: int, window: int) -> Report:
     c = await h.root()
     meter = Meter(target.counter)
     sizes: list[Size] = []
-    done = 0
-    for history, count in _phases(n, window):
-        for turn in range(done, history + count):
+    for history, ops in _phases(n, window):
+        for turn in ops:
             if turn == history:
                 win = Window(meter, target, history)
             calls: list[tuple[str, JsonObject]] = [
@@ -325,7 +323,6 @@ async def approvals(target: Target, n: int, window: int) -> Report:
 
             result = await meter.run("drive to answer", finish())
             assert result is not None and result.status == "done", result
-        done = history + count
         # Check the chain once per size: read <- edit <- test, edit also after its approval.
         read, edit, test = reversed((await h.tasks(kind="tool", order="desc", limit=3)).items)
         assert read.id in edit.after and test.after == (edit.id,), (read, edit, test)
@@ -385,15 +382,13 @@ async def streaming(target: Target, n: int, window: int, stream_kb: int) -> Repo
     c = await h.root()
     meter = Meter(target.counter)
     sizes: list[Size] = []
-    done = 0
-    for history, count in _phases(n, window):
-        for turn in range(done, history + count):
+    for history, ops in _phases(n, window):
+        for turn in ops:
             if turn == history:
                 win = Window(meter, target, history)
             provider.script.append(text)
             _, result = await meter.run("streamed turn", c.prompt(f"write it all out {turn}"))
             assert result is not None and result.status == "done", result
-        done = history + count
         size = win.close(h)
         await h.close()
         for _ in range(INTERRUPTS):
@@ -441,9 +436,8 @@ async def queue(target: Target, n: int, window: int) -> Report:
     rng = random.Random(18)
     inputs: list[int] = []  # every input admitted so far, for lookups far back
     sizes: list[Size] = []
-    done = 0
-    for history, count in _phases(n, window):
-        for cycle in range(done, history + count):
+    for history, ops in _phases(n, window):
+        for cycle in ops:
             if cycle == history:
                 win = Window(meter, target, history)
             provider.script += [f"Answer {cycle}.", f"Answer {cycle} to the follow-ups."]
@@ -463,7 +457,6 @@ async def queue(target: Target, n: int, window: int) -> Report:
             for input_id in (first, queued[0]):
                 late = await meter.run("late cancel", c.cancel_queued(input_id))
                 assert late == "already_consumed", late
-        done = history + count
         sizes.append(win.close(h))
     await h.close()
     return Report(
