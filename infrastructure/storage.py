@@ -87,7 +87,8 @@ class EventSourcedStorage:
         self.reads: ReadPort = self.queries
         self.state_queries = StateQueries(read_store)
         self.state: StatePort = self.state_queries
-        self.task_queries = TaskQueries(read_store)
+        # The owner (a writable storage) mirrors its live tasks: it writes every change.
+        self.task_queries = TaskQueries(read_store, mirror=not read_only)
         self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
         # A read-only handle follows another owner's commits: where the recorder can be
@@ -149,6 +150,7 @@ class EventSourcedStorage:
         (which runs inside it and releases it) or the end of the block. A claim reloads the
         Session aggregate in here, so it lands on the head it read (seed 000, "Claiming a
         run")."""
+        self.task_queries.forget()  # a claim: whatever another owner wrote is read again
         exclusive = getattr(self.recorder, "exclusive", None)
         return nullcontext() if exclusive is None else exclusive(self.session_id)
 
@@ -197,7 +199,12 @@ class EventSourcedStorage:
                 stored, session_id=self.session_id, ops=ops, defer=defer, working=working
             )
         except IntegrityError as exc:
+            self.task_queries.forget()
             raise StaleWriterError(self.session_id) from exc
+        except BaseException:
+            self.task_queries.forget()  # a deferred batch may have been rolled back with it
+            raise
+        self.task_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
         due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
@@ -212,10 +219,15 @@ class EventSourcedStorage:
         """Make deferred saves durable (recorders without group commit have none)."""
         flush = getattr(self.recorder, "flush", None)
         if flush is not None:
-            flush()
+            try:
+                flush()
+            except BaseException:
+                self.task_queries.forget()  # the deferred batch rolled back
+                raise
 
     def abandon(self, reason: str) -> None:
         """The owner faulted: roll back deferred saves not yet durable, at once."""
+        self.task_queries.forget()
         abandon = getattr(self.recorder, "abandon", None)
         if abandon is not None:
             abandon(reason)

@@ -39,7 +39,7 @@ from pico.projections.ops import (
     RetireWorking,
     RowOp,
 )
-from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow
+from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow, next_task_row
 
 __all__ = ["MemoryReadStore"]
 
@@ -190,22 +190,7 @@ class MemoryReadStore:
                     cut = bisect.bisect_right(got[0], op.seq)
                     del got[0][:cut], got[1][:cut]
         elif isinstance(op, PutTask):
-            self._tasks[op.task_id] = TaskRow(
-                op.task_id,
-                op.conversation_id,
-                op.kind,
-                op.status,
-                op.role,
-                op.state,
-                op.after,
-                op.foreground,
-                op.spawned_by,
-                None,
-                op.not_before,
-                op.required_permit,
-                False,
-                op.task_id,
-            )
+            self._tasks[op.task_id] = next_task_row(op, None)
             self._task_ids.append(op.task_id)
             if op.role != "terminal":
                 self._live.append(op.task_id)
@@ -213,24 +198,12 @@ class MemoryReadStore:
             task = self._tasks[op.task_id]
             if op.role == "terminal" and task.role != "terminal":
                 del self._live[bisect.bisect_left(self._live, op.task_id)]
-            self._tasks[op.task_id] = task._replace(
-                status=op.status,
-                role=op.role,
-                state=task.state if op.state is None else op.state,
-                after=op.after,
-                not_before=op.not_before,
-                required_permit=op.required_permit,
-                updated_seq=op.seq,
-            )
+            self._tasks[op.task_id] = next_task_row(op, task)
         elif isinstance(op, MarkTaskAbort):
-            self._tasks[op.task_id] = self._tasks[op.task_id]._replace(
-                abort_requested=True, updated_seq=op.seq
-            )
+            self._tasks[op.task_id] = next_task_row(op, self._tasks[op.task_id])
         elif isinstance(op, LinkOwned):
             task = self._tasks[op.task_id]
-            self._tasks[op.task_id] = task._replace(
-                owned_conversation_id=op.conversation_id, updated_seq=op.seq
-            )
+            self._tasks[op.task_id] = next_task_row(op, task)
             self._owned_by_conv.setdefault(task.conversation_id, []).append(op.conversation_id)
         elif isinstance(op, PutSession):
             self._meta = SessionMeta(self.session_id, 0, 0, None, None)

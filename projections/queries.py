@@ -40,6 +40,7 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
+from pico.projections.ops import LinkOwned, MarkTaskAbort, PatchTask, PutTask
 
 __all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_context"]
 
@@ -599,6 +600,48 @@ class StateQueries:
         return ValuePage(items, head, (rows[-1][0], rows[-1][1]) if more and rows else None)
 
 
+#: The row ops that change a task record (ops.py), in the order ``next_task_row`` tests.
+TaskOp = PutTask | PatchTask | MarkTaskAbort | LinkOwned
+
+
+def next_task_row(op: TaskOp, row: TaskRow | None) -> TaskRow:
+    """The task record after ``op`` (``row``: the record before it; None for ``PutTask``):
+    what every backend's ``pico_tasks`` row holds then. The memory read model and the
+    owner's live-task mirror both apply task ops with it."""
+    if isinstance(op, PatchTask):
+        assert row is not None
+        return row._replace(
+            status=op.status,
+            role=op.role,
+            state=row.state if op.state is None else op.state,
+            after=tuple(op.after),
+            not_before=op.not_before,
+            required_permit=op.required_permit,
+            updated_seq=op.seq,
+        )
+    if isinstance(op, PutTask):
+        return TaskRow(
+            op.task_id,
+            op.conversation_id,
+            op.kind,
+            op.status,
+            op.role,
+            op.state,
+            tuple(op.after),
+            op.foreground,
+            op.spawned_by,
+            None,
+            op.not_before,
+            op.required_permit,
+            False,
+            op.task_id,
+        )
+    assert row is not None
+    if isinstance(op, MarkTaskAbort):
+        return row._replace(abort_requested=True, updated_seq=op.seq)
+    return row._replace(owned_conversation_id=op.conversation_id, updated_seq=op.seq)
+
+
 def _task(r: TaskRow, state: bool = True) -> TaskSnapshot:
     return TaskSnapshot(
         id=r.id,
@@ -619,16 +662,88 @@ def _task(r: TaskRow, state: bool = True) -> TaskSnapshot:
 
 
 class TaskQueries:
-    """Current task records (§7.2): tasks are never inherited and never historical."""
+    """Current task records (§7.2): tasks are never inherited and never historical.
 
-    def __init__(self, store: ReadStore) -> None:
+    ``mirror=True`` (the session's owner: the only writer of its tasks) keeps a copy of
+    the live task rows in memory, read once from the store and then kept by ``track``
+    with the row ops of every batch the owner saves, so the scheduler's passes (about
+    seven a turn) and launches read no store. ``forget`` drops it (a save or flush that
+    failed, a claim): the next read loads it again."""
+
+    def __init__(self, store: ReadStore, *, mirror: bool = False) -> None:
         self.store = store
+        self._mirrored = mirror
+        self._live: dict[int, TaskRow] | None = None  # id order: ids grow with creation
+        self._meta: dict[int, TaskSnapshot] = {}  # state-less snapshots of _live's rows
 
+    # ------------------------------------------------------------------ the mirror
+    def track(self, ops: Sequence[object]) -> None:
+        """Apply a saved batch's task ops to the mirror (when it is loaded)."""
+        live = self._live
+        if live is None:
+            return
+        for op in ops:
+            if isinstance(op, TaskOp):
+                task_id = op.task_id
+                row = live.get(task_id)
+                if row is None and not isinstance(op, PutTask):
+                    continue  # a terminal task: not mirrored (a patch of one is refused)
+                row = next_task_row(op, row)
+                self._meta.pop(task_id, None)
+                if row.role == "terminal":
+                    live.pop(task_id, None)
+                else:
+                    live[task_id] = row
+
+    def forget(self) -> None:
+        self._live = None
+        self._meta.clear()
+
+    def _mirror(self) -> dict[int, TaskRow] | None:
+        if not self._mirrored:
+            return None
+        if self._live is None:
+            self._live = {r.id: r for r in self._scan_live()}
+        return self._live
+
+    def _scan_live(self) -> list[TaskRow]:
+        """Every live task row in id order: partial-index pages of 500 in one snapshot."""
+        out: list[TaskRow] = []
+        after: int | None = None
+        with self.store.read():
+            while True:
+                rows = self.store.scan_task_rows(
+                    conversation_ids=None,
+                    live=True,
+                    role=None,
+                    kind=None,
+                    foreground=None,
+                    abort_requested=None,
+                    gt=after,
+                    lt=None,
+                    order="asc",
+                    limit=500,
+                )
+                out.extend(rows)
+                if len(rows) < 500:
+                    return out
+                after = rows[-1].id
+
+    # ------------------------------------------------------------------ queries
     def get_tasks(self, ids: Sequence[int]) -> dict[int, TaskSnapshot]:
         ids = check_ids(ids, "task ids")
+        live = self._mirror()
+        if live is not None:
+            found = {i: _task(live[i]) for i in ids if i in live}
+            if len(found) == len(set(ids)):
+                return found
+            ids = [i for i in ids if i not in found]  # terminal or unknown: the store
+        else:
+            found = {}
         with self.store.read():
             rows = self.store.task_rows(ids)
-        return {i: _task(r) for i, r in rows.items()}
+        found.update((i, _task(r)) for i, r in rows.items())
+        return found
 
     def scan_tasks(
         self,
@@ -678,26 +793,19 @@ class TaskQueries:
         pages of 500 in one snapshot, never terminal history. ``state=False`` leaves each
         ``state`` undecoded (None): the scheduling metadata only, for a pass that reads the
         whole record of just the tasks it launches."""
+        live = self._mirror()
+        if live is None:
+            return [_task(r, state) for r in self._scan_live()]
+        if state:
+            return [_task(r) for r in live.values()]
+        meta = self._meta
         out: list[TaskSnapshot] = []
-        after: int | None = None
-        with self.store.read():
-            while True:
-                rows = self.store.scan_task_rows(
-                    conversation_ids=None,
-                    live=True,
-                    role=None,
-                    kind=None,
-                    foreground=None,
-                    abort_requested=None,
-                    gt=after,
-                    lt=None,
-                    order="asc",
-                    limit=500,
-                )
-                out.extend(_task(r, state) for r in rows)
-                if len(rows) < 500:
-                    return out
-                after = rows[-1].id
+        for task_id, row in live.items():
+            snapshot = meta.get(task_id)
+            if snapshot is None:  # frozen and state-less: shared until its row changes
+                snapshot = meta[task_id] = _task(row, False)
+            out.append(snapshot)
+        return out
 
     def owned_conversations(self, conversation_id: int) -> list[int]:
         check_id(conversation_id, "conversation_id")

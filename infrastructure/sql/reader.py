@@ -94,10 +94,10 @@ class SqlReadStore:
             conn = fairy.driver_connection
         broken = False
         try:
-            if not self._pg and not own:
-                conn.execute("BEGIN")  # deferred: a WAL snapshot from the first read
-            # The cursor is made by the first query (``_cursor``): most commands read
-            # nothing their line does not hold already.
+            # The cursor and (SQLite) the BEGIN are made by the first query (``_rows``):
+            # most commands and many scheduler passes read nothing their line does not
+            # hold already, and a deferred BEGIN takes its WAL snapshot at the first read
+            # anyway.
             self._local.conn = conn
             self._local.own = own
             yield
@@ -173,6 +173,8 @@ class SqlReadStore:
                 raise RuntimeError("SqlReadStore primitives run inside read()")
             cur = self._local.cur = self._client_cursor(conn) if self._pg else conn.cursor()
         if not self._pg:
+            if not cur.connection.in_transaction and not getattr(self._local, "own", False):
+                cur.execute("BEGIN")  # the snapshot's read transaction, from this read on
             cur.execute(statement, tuple(params))
             rows: list[Any] = cur.fetchall()
             return rows

@@ -1,0 +1,178 @@
+"""The owner's live-task mirror (``TaskQueries(mirror=True)``, issue 18): the session's owner
+is the only writer of its tasks, so it keeps the live task rows in memory, loaded once
+and then kept by the row ops of each batch it saves. The scheduler's passes and launches
+read it instead of the store. It must always equal what the store holds, and a save that
+fails must not leave it ahead of the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import pico
+from pico import Command
+from pico.domain.errors import PersistenceUncertainError
+from pico.infrastructure.storage import EventSourcedStorage
+from pico.projections.queries import TaskQueries
+from tests.backends import Backend
+from tests.scheddefs import Scripted, settle
+
+
+def _storage(h: pico.Harness) -> EventSourcedStorage:
+    storage = h.scheduler.line.storage
+    assert isinstance(storage, EventSourcedStorage)
+    return storage
+
+
+def _store_live(storage: EventSourcedStorage) -> list[pico.TaskSnapshot]:
+    """The live set as the store holds it (a TaskQueries without a mirror)."""
+    return TaskQueries(storage._read_store).live_tasks()
+
+
+def _check_after_every_save(monkeypatch: pytest.MonkeyPatch, checked: list[int]) -> None:
+    save = EventSourcedStorage.save
+
+    def checking(self: EventSourcedStorage, *args: Any, **kwargs: Any) -> None:
+        save(self, *args, **kwargs)
+        if self.task_queries._live is None:
+            return
+        store = _store_live(self)
+        assert self.task_queries.live_tasks() == store
+        meta = self.task_queries.live_tasks(state=False)
+        assert [t.id for t in meta] == [t.id for t in store]
+        for m, s in zip(meta, store, strict=True):
+            assert m.state is None and m == s.__class__(**{**s.__dict__, "state": None})
+        checked.append(len(store))
+
+    monkeypatch.setattr(EventSourcedStorage, "save", checking)
+
+
+async def test_the_mirror_equals_the_store_after_every_commit(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[int] = []
+    _check_after_every_save(monkeypatch, checked)
+    work = Scripted()
+
+    async def execute(task: pico.TaskSnapshot, ctx: Any) -> None:
+        if task.state == {"hold": True}:
+            await ctx.command(lambda tx: tx.patch_task(ctx.task_id, status="waiting"))
+            return
+        await settle(ctx, "done")
+
+    async def recover(task: pico.TaskSnapshot, ctx: Any) -> None:
+        return None  # a waiting task's phase is armed once: it stays waiting
+
+    work.on_execute = execute
+    work.on_recover = recover
+    h = await backend.open(definitions=[work])
+    c = await h.root()
+    assert await c.drive() == "idle"  # loads the mirror (nothing live yet)
+
+    def graph(tx: Command) -> tuple[int, int, int]:
+        held = tx.create_task(c.id, "work", state={"hold": True})
+        first = tx.create_task(c.id, "work", foreground=True)
+        then = tx.create_task(c.id, "work", after=[first], foreground=True, state={"n": 1})
+        tx.create_task(c.id, "work", status="done")  # created terminal: never mirrored
+        return held, first, then
+
+    held, first, then = await h.command(graph)
+    assert await c.drive() == "idle"
+    assert (await h.task(held)).status == "waiting"  # type: ignore[union-attr]
+    for done in (first, then):
+        assert (await h.task(done)).status == "done"  # type: ignore[union-attr]
+
+    def own_and_mark(tx: Command) -> int:
+        child = tx.create_owned_conversation(held)
+        assert tx.request_abort(held)
+        return child
+
+    child = await h.command(own_and_mark)
+    mirrored = {t.id: t for t in h.scheduler.live_tasks(None)}
+    assert mirrored[held].abort_requested and mirrored[held].owned_conversation_id == child
+    assert await h.drive() == "idle"  # the marked task is aborted
+    assert h.scheduler.live_tasks(None) == [] == _store_live(_storage(h))
+    await h.close()
+    # Checked after the graph, the waiting patch, the link and mark, and each settlement.
+    assert len(checked) >= 6 and max(checked) == 3
+
+
+async def test_a_pass_reads_no_task_rows_once_the_mirror_is_loaded(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = Scripted()
+    h = await backend.open(definitions=[work])
+    c = await h.root()
+    await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting", foreground=False))
+    store = _storage(h)._read_store
+    reads: list[str] = []
+    for name in ("scan_task_rows", "task_rows"):
+        method = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kw: Any) -> Any:
+            reads.append(_name)
+            return _method(*args, **kw)
+
+        monkeypatch.setattr(store, name, counted)
+    _storage(h).task_queries.forget()
+    assert await c.drive() == "idle"
+    assert reads == ["scan_task_rows"]  # the mirror loaded: one scan of the live set
+    reads.clear()
+    for _ in range(3):
+        assert await c.drive() == "idle"
+    tid = await h.command(lambda tx: tx.create_task(c.id, "work", foreground=True))
+    assert await c.drive() == "idle"  # launched and settled from the mirror's record
+    assert work.calls[-1] == ("execute", tid)
+    assert reads == []
+    await h.close()
+
+
+async def test_a_failed_save_drops_the_mirror_and_the_store_decides(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = Scripted()
+    h = await backend.open(definitions=[work])
+    c = await h.root()
+    kept = await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
+    storage = _storage(h)
+    assert [t.id for t in storage.task_queries.live_tasks()] == [kept]  # loaded
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(storage.recorder, "insert_events", refuse)
+    with pytest.raises(PersistenceUncertainError):
+        await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
+    assert storage.task_queries._live is None  # forgotten: nothing unsaved is served
+    monkeypatch.undo()
+    assert [t.id for t in storage.task_queries.live_tasks()] == [kept]
+    await h.close()
+
+
+async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
+    sql_backend: Backend,
+) -> None:
+    """A deferred (group-committed) command is applied to the mirror when saved; when its
+    batch then fails to commit, the mirror is dropped with it."""
+    work = Scripted()
+    h = await sql_backend.open(definitions=[work])
+    c = await h.root()
+    line = h.scheduler.line
+    storage = _storage(h)
+    assert storage.task_queries.live_tasks() == []  # loaded
+    await line.run(lambda tx: tx.create_task(c.id, "work", status="waiting"), defer=True)
+    assert len(storage.task_queries.live_tasks()) == 1  # the owner sees its deferred batch
+    flush = storage.recorder.flush  # type: ignore[attr-defined]
+
+    def failing() -> None:
+        storage.recorder.abandon("test: the commit failed")  # type: ignore[attr-defined]
+        raise OSError("commit failed")
+
+    storage.recorder.flush = failing  # type: ignore[attr-defined]
+    with pytest.raises(PersistenceUncertainError):
+        line.flush()
+    storage.recorder.flush = flush  # type: ignore[attr-defined]
+    assert storage.task_queries._live is None
+    assert storage.task_queries.live_tasks() == [] == _store_live(storage)
+    await h.close()
