@@ -1,5 +1,15 @@
-"""Four workloads of seed 003 §10.3 that had no benchmark (issue 18), on pico's public API.
+"""Workloads of seed 003 §10.3 (issue 18), on pico's public API.
 
+- ``turns``: many short agent turns, alternately with two parallel tool calls and with
+  none (a plain answer).
+- ``forks``: historical reads through a fork chain of depth ``FORK_DEPTH`` (a rewindable
+  value and a list page at a past position) and new forks of the deepest conversation,
+  while unrelated state grows.
+- ``subagents``: subagents spawned and driven to completion, a few live background tasks
+  beside them; at each size the session is also closed and cold-reopened with its first
+  drive pass.
+- ``background``: ``LIVE_SCHEDULES`` live background schedules; drive passes and new
+  schedules while completed subagents accumulate.
 - ``compaction``: agent turns (one tool each) with a model-written collapse every
   ``COLLAPSE_EVERY`` turns; then the harness is closed and a fresh one cold-reopens the
   session and reads it (root, the projected context, the latest page of entries).
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import subprocess
 import sys
@@ -55,10 +66,23 @@ from pico import JsonObject, ToolContext
 
 T = TypeVar("T")
 
-WORKLOADS = ("compaction", "approvals", "streaming", "queue")
+WORKLOADS = (
+    "turns",
+    "forks",
+    "subagents",
+    "background",
+    "compaction",
+    "approvals",
+    "streaming",
+    "queue",
+)
 BACKENDS = ("sqlite", "memory", "jsonl")
 #: Default history N (operations before the first window) and window per workload.
 DEFAULTS = {
+    "turns": (200, 50),
+    "forks": (20, 10),
+    "subagents": (100, 20),
+    "background": (100, 20),
     "compaction": (200, 50),
     "approvals": (200, 50),
     "streaming": (10, 10),
@@ -74,6 +98,13 @@ REOPENS = 20  # compaction: cold reopens per size
 QUEUED = 4  # queue: follow-ups queued behind each accepted input
 DELTA_CHARS = 64  # streaming: characters per streamed delta
 INTERRUPTS = 5  # streaming: interrupted streams (and recoveries) per size
+FORK_DEPTH = 10  # forks: levels between the root and the conversation read
+UNRELATED = 100  # forks: unrelated values written per cycle (the growing history)
+READS = 5  # forks: reads of each kind per cycle
+LIVE_BESIDE = 3  # subagents: live background schedules beside the completed children
+LIVE_SCHEDULES = 200  # background: live schedules (every hour: none comes due)
+PLAN = pico.conversation_value("bench.plan", int)
+MOVES = pico.conversation_list("bench.moves", int)
 
 
 @dataclass
@@ -198,6 +229,245 @@ async def _read(args: JsonObject, ctx: ToolContext) -> str:
 
 def _tool(name: str) -> pico.Tool:
     return pico.Tool(name, name, {"type": "object"}, _read)
+
+
+# ---------------------------------------------------------------------- short turns
+async def turns(target: Target, n: int, window: int) -> Report:
+    """Short turns in one conversation: even turns call two tools in parallel, odd turns
+    answer at once."""
+    provider = pico.FauxProvider([], keep_requests=False)
+    h = await pico.Harness.open(
+        target.url, session="turns", provider=provider, tools=[_tool("read"), _tool("grep")]
+    )
+    c = await h.root()
+    meter = Meter(target.counter)
+    sizes: list[Size] = []
+    for history, ops in _phases(n, window):
+        for turn in ops:
+            if turn == history:
+                win = Window(meter, target, history)
+            if turn % 2 == 0:
+                name = "turn with two tools"
+                calls: list[tuple[str, JsonObject]] = [
+                    ("read", {"path": f"f{turn}.py"}),
+                    ("grep", {"path": f"g{turn}"}),
+                ]
+                provider.script += [
+                    pico.FauxResponse(text=f"Turn {turn}: let me look.", tool_calls=calls),
+                    f"Turn {turn}: both files agree.",
+                ]
+            else:
+                name = "turn without tools"
+                provider.script.append(f"Turn {turn}: the answer is {turn}.")
+            _, result = await meter.run(name, c.prompt(f"question {turn}"))
+            assert result is not None and result.status == "done", result
+        sizes.append(win.close(h))
+    await h.close()
+    return Report(
+        "turns",
+        "short agent turns in one conversation, alternately with two tool calls run in"
+        " parallel (`read`, `grep`) and without tools (a plain answer)",
+        "A turn, with tools or without, costs the same when the transcript grows 10x: each"
+        " command writes its own rows and reads only the context tail it appends to.",
+        ["turn with two tools", "turn without tools"],
+        sizes,
+    )
+
+
+# ---------------------------------------------------------------------- forks
+async def forks(target: Target, n: int, window: int) -> Report:
+    """A fork chain of depth ``FORK_DEPTH``; cycles of ``UNRELATED`` unrelated values (the
+    growing history), then, in the windows, historical reads and a new fork of the leaf."""
+    h = await pico.Harness.open(target.url, session="forks")
+    root = await h.root()
+    other = await h.command(lambda tx: tx.create_conversation())
+    await root.set_value(PLAN, 1)
+    for i in range(5):
+        await root.append_list(MOVES, i)
+    chain = root
+    for level in range(FORK_DEPTH):
+        marker = await chain.append("user", f"level {level}")
+        await chain.set_value(PLAN, 100 + level)  # after the fork boundary: must not leak
+        await chain.append_list(MOVES, 100 + level)
+        chain = await chain.fork(at_entry=marker)
+    position = h.main_head()
+    leaf = chain
+    marker = await leaf.append("user", "the leaf's own entry")
+    context = len(await leaf.messages())  # what a fork at the leaf's entry starts from
+    meter = Meter(target.counter)
+    sizes: list[Size] = []
+
+    def unrelated(cycle: int) -> Callable[[pico.Command], None]:
+        def fill(tx: pico.Command) -> None:
+            for i in range(cycle * UNRELATED, (cycle + 1) * UNRELATED):
+                address = pico.conversation_value(f"noise.{i % 50}", int, key=f"k{i}")
+                tx.set_value(address, i, conversation_id=root.id if i % 2 else other)
+
+        return fill
+
+    for history, ops in _phases(n, window):
+        for cycle in ops:
+            if cycle == history:
+                win = Window(meter, target, history)
+            await h.command(unrelated(cycle))
+            if not meter.recording:
+                continue
+            for _ in range(READS):
+                read = leaf.get_value(PLAN, as_of=position)
+                got = await meter.run("value read as of", read)
+                assert got == 1, got
+                page = await meter.run(
+                    "list page as of", leaf.read_list(MOVES, as_of=position, limit=10)
+                )
+                assert [e.value for e in page.items] == [0, 1, 2, 3, 4], page
+            fork = await meter.run("fork of the leaf", leaf.fork(at_entry=marker))
+            messages = await meter.run("fork's first read", fork.messages())
+            assert len(messages) == context, (len(messages), context)
+        sizes.append(win.close(h))
+    await h.close()
+    return Report(
+        "forks",
+        f"a fork chain of depth {FORK_DEPTH} (each level writes newer versions of a"
+        " rewindable value and list after its fork point, which must not leak); cycles of"
+        f" {UNRELATED} unrelated values (other namespaces of the root, another conversation);"
+        f" in the window each cycle reads the value and a list page {READS} times at a past"
+        " position from the deepest fork, forks it again and reads the new fork's context",
+        "A historical read through the fork chain, a fork and its first read cost the same"
+        " when unrelated state grows 10x: each walks the chain's levels by indexed version"
+        " and range lookups, never the other values.",
+        ["value read as of", "list page as of", "fork of the leaf", "fork's first read"],
+        sizes,
+        unit=f"cycles of {UNRELATED} values",
+    )
+
+
+# ---------------------------------------------------------------------- subagents
+async def _spawn_and_finish(
+    h: pico.Harness, c: pico.ConversationHandle, child: int
+) -> pico.TaskSnapshot | None:
+    owner = await c.spawn(f"child {child}: inspect one file")
+    assert await h.drive() == "suspended"  # done, but for the parked ones
+    return await h.task(owner)
+
+
+async def subagents(target: Target, n: int, window: int) -> Report:
+    """Subagents spawned one at a time and driven to done beside ``LIVE_BESIDE`` live ones
+    (their generations parked on a deferred answer, waiting for a permit no drive grants);
+    after each window a cold reopen and its first drive pass."""
+    provider = pico.FauxProvider(
+        [pico.FauxDeferred(polls=1, then="late") for _ in range(LIVE_BESIDE)],
+        keep_requests=False,
+    )
+
+    async def open_() -> pico.Harness:
+        return await pico.Harness.open(target.url, session="subagents", provider=provider)
+
+    h = await open_()
+    c = await h.root()
+    for k in range(LIVE_BESIDE):
+        await c.spawn(f"live child {k}")
+    assert await h.drive() == "suspended"  # the parked generations wait for a permit
+    live = len(h.scheduler.live_tasks(None))
+    meter = Meter(target.counter)
+    sizes: list[Size] = []
+    for history, ops in _phases(n, window):
+        for child in ops:
+            if child == history:
+                win = Window(meter, target, history)
+            provider.script.append(f"child {child}: done.")
+
+            owner = await meter.run("spawn + drive to done", _spawn_and_finish(h, c, child))
+            assert owner is not None and owner.status == "done", owner
+        size = win.close(h)
+        await h.close()
+        meter.recording = True  # the reopens join this size
+
+        async def reopen() -> pico.Harness:
+            fresh = await open_()
+            assert await fresh.drive() == "suspended"
+            return fresh
+
+        for _ in range(5):
+            fresh = await meter.run("cold reopen + first drive pass", reopen())
+            assert len(fresh.scheduler.live_tasks(None)) == live
+            await fresh.close()
+        meter.recording = False
+        size.ops = meter.ops
+        sizes.append(size)
+        h = await open_()
+        c = await h.root()
+    await h.close()
+    return Report(
+        "subagents",
+        "subagents spawned one at a time (`spawn()`), each driven to done by one faux answer"
+        f" (`harness.drive()`), beside {LIVE_BESIDE} live ones whose generations are parked on"
+        " a deferred answer; after each window the harness is closed and reopened 5 times,"
+        " each with its first drive pass",
+        "Spawning and finishing a subagent, and a cold reopen with its first drive pass,"
+        " cost the same when completed children grow 10x: an open and a pass read the live"
+        " tasks only, never the completed ones.",
+        ["spawn + drive to done", "cold reopen + first drive pass"],
+        sizes,
+        unit="children",
+    )
+
+
+# ---------------------------------------------------------------------- background tasks
+async def _settle(h: pico.Harness, c: pico.ConversationHandle, task_id: int) -> None:
+    """Drive the root until ``task_id`` is terminal: a conversation drive returns once its
+    foreground work is done and does not wait for detached work, so the next drive runs
+    at the next change (a commit, a finished execution)."""
+    while True:
+        assert await c.drive() == "idle"
+        task = await h.task(task_id)
+        if task is not None and task.role == "terminal":
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(h.scheduler.next_change(), 0.05)
+
+
+async def background(target: Target, n: int, window: int) -> Report:
+    """``LIVE_SCHEDULES`` live schedules; completed subagents accumulate; the windows
+    measure drive passes over the live set and new schedules (aborted again at once)."""
+    provider = pico.FauxProvider([], keep_requests=False)
+    h = await pico.Harness.open(target.url, session="background", provider=provider)
+    c = await h.root()
+    for k in range(LIVE_SCHEDULES):
+        await c.schedule(pico.Recurrence(every=3600), prompt=f"hourly check {k}")
+    meter = Meter(target.counter)
+    sizes: list[Size] = []
+    for history, ops in _phases(n, window):
+        for child in ops:
+            if child == history:
+                win = Window(meter, target, history)
+            provider.script.append(f"child {child}: done.")
+            owner = await c.spawn(f"child {child}")
+            await _settle(h, c, owner)
+            if not meter.recording:
+                continue
+            assert await meter.run("drive pass (nothing due)", c.drive()) == "idle"
+            extra = await meter.run(
+                "schedule", c.schedule(pico.Recurrence(every=3600), prompt="one more")
+            )
+            assert await meter.run("abort_background", c.abort_background(extra)) == [extra]
+            await _settle(h, c, extra)  # marked: its cancellation runs at the next pass
+        live = len(h.scheduler.live_tasks(None))
+        assert live == LIVE_SCHEDULES, live
+        sizes.append(win.close(h))
+    await h.close()
+    return Report(
+        "background",
+        f"{LIVE_SCHEDULES} live background schedules (hourly, never due) in the root;"
+        " completed subagents accumulate (spawned in the background, driven until done); the"
+        " window measures a drive of the root with nothing due, a new schedule and its"
+        " `abort_background`",
+        "A drive pass, a new schedule and its cancellation cost the same when completed"
+        f" tasks grow 10x: a pass reads the {LIVE_SCHEDULES} live tasks (from the owner's"
+        " mirror), never the completed ones.",
+        ["drive pass (nothing due)", "schedule", "abort_background"],
+        sizes,
+        unit="children",
+    )
 
 
 # ---------------------------------------------------------------------- (a) compaction
@@ -609,6 +879,10 @@ def run_one(args: argparse.Namespace) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=f"pico-workloads-{workload}-"))
     target = _target(args.backend, workload, tmp)
     runners: dict[str, Callable[[], Coroutine[Any, Any, Report]]] = {
+        "turns": lambda: turns(target, n, window),
+        "forks": lambda: forks(target, n, window),
+        "subagents": lambda: subagents(target, n, window),
+        "background": lambda: background(target, n, window),
         "compaction": lambda: compaction(target, n, window),
         "approvals": lambda: approvals(target, n, window),
         "streaming": lambda: streaming(target, n, window, args.stream_kb),
