@@ -109,6 +109,7 @@ class CommandLine:
         read_only: bool,
         definitions: TaskRegistry | None = None,
         gate: Callable[[Session], None] | None = None,
+        fenced: bool = False,
     ) -> CommandLine:
         """Read the session's stored state and, for writing, then append a claim.
 
@@ -127,6 +128,9 @@ class CommandLine:
         claim is about to land on (a new one for a new session), under the same lock and
         before the claim: when it raises (a hard configuration change), nothing is
         written; the first fingerprint it records lands in the claim's batch.
+
+        Once claimed, the line mirrors the session's live tasks (``own_tasks``: it is their
+        only writer; ``fenced``: a lease keeps every other writer out).
         """
         sid = storage.session_id
         loaded = _load_session(storage)
@@ -147,6 +151,9 @@ class CommandLine:
         head = session.head
         if not read_only:
             session = _claim(storage, session, gate)
+            own = getattr(storage, "own_tasks", None)
+            if own is not None:
+                own(fenced=fenced)
         line = cls(storage, session, read_only=read_only, definitions=registry)
         if root is not None and not read_only and session.head == head:
             # No command committed between the root's load and the claim (every commit
@@ -405,6 +412,9 @@ class CommandLine:
         self._cache.clear()
         self._task_cache.clear()
         self.policies.clear()
+        disown = getattr(self.storage, "disown_tasks", None)
+        if disown is not None:
+            disown()  # what it held may be ahead of the store, or another owner's now
         if self.on_fault is not None:
             self.on_fault(reason)
 

@@ -87,8 +87,7 @@ class EventSourcedStorage:
         self.reads: ReadPort = self.queries
         self.state_queries = StateQueries(read_store)
         self.state: StatePort = self.state_queries
-        # The owner (a writable storage) mirrors its live tasks: it writes every change.
-        self.task_queries = TaskQueries(read_store, mirror=not read_only)
+        self.task_queries = TaskQueries(read_store)  # the owner mirrors (own_tasks)
         self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
         # A read-only handle follows another owner's commits: where the recorder can be
@@ -144,6 +143,31 @@ class EventSourcedStorage:
             # dropped): snapshot now, so the next load replays a short tail.
             self._snapshot(aggregate)
         return aggregate
+
+    def own_tasks(self, *, fenced: bool = False) -> bool:
+        """The line that claimed this session for writing (the only writer of its tasks)
+        mirrors its live tasks (``TaskQueries.own``), where a change by anyone else can be
+        told cheaply: the memory read model's batch counter (memory, JSONL), SQLite's
+        ``PRAGMA data_version`` on the writer's connection; on PostgreSQL only when a lease
+        fences every other writer (``fenced``). Returns whether it mirrors."""
+        writes = getattr(self._read_store, "writes", None)
+        if isinstance(writes, int):
+            store = self._read_store
+            self.task_queries.own(lambda: store.writes, own_writes_move=True)  # type: ignore[attr-defined]
+            return True
+        writer = getattr(self.recorder, "writer", None)
+        if writer is None:
+            return False
+        if writer.sqlite:
+            self.task_queries.own(writer.change_token, own_writes_move=False)
+            return True
+        if fenced:
+            self.task_queries.own(lambda: writer.lost is None, own_writes_move=False)
+            return True
+        return False
+
+    def disown_tasks(self) -> None:
+        self.task_queries.disown()
 
     def exclusive(self) -> AbstractContextManager[None]:
         """Hold the session's write lock: no other writer commits until the next save

@@ -8,7 +8,7 @@ unrelated history: every primitive is a point lookup or an indexed range.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol
 
@@ -664,19 +664,35 @@ def _task(r: TaskRow, state: bool = True) -> TaskSnapshot:
 class TaskQueries:
     """Current task records (§7.2): tasks are never inherited and never historical.
 
-    ``mirror=True`` (the session's owner: the only writer of its tasks) keeps a copy of
-    the live task rows in memory, read once from the store and then kept by ``track``
-    with the row ops of every batch the owner saves, so the scheduler's passes (about
-    seven a turn) and launches read no store. ``forget`` drops it (a save or flush that
-    failed, a claim): the next read loads it again."""
+    The session's owner (``own``: the handle that claimed it for writing, the only writer
+    of its tasks) keeps a copy of the live task rows in memory, read once from the store
+    and then kept by ``track`` with the row ops of every batch it saves, so the
+    scheduler's passes (about seven a turn) and launches read no store. ``token`` says
+    cheaply whether anyone else changed the store since (another handle that claimed the
+    session, a rolled-back batch): when its value moves, the mirror is read again.
+    ``forget`` drops it (a save or flush that failed, a claim); ``disown`` turns it off."""
 
-    def __init__(self, store: ReadStore, *, mirror: bool = False) -> None:
+    def __init__(self, store: ReadStore) -> None:
         self.store = store
-        self._mirrored = mirror
+        self._token: Callable[[], object] | None = None  # None: no mirror
+        self._own_writes_move = False  # does the owner's own save move the token?
+        self._seen: object = None
         self._live: dict[int, TaskRow] | None = None  # id order: ids grow with creation
         self._meta: dict[int, TaskSnapshot] = {}  # state-less snapshots of _live's rows
 
     # ------------------------------------------------------------------ the mirror
+    def own(self, token: Callable[[], object], *, own_writes_move: bool) -> None:
+        """Mirror the live tasks from now on. ``token()`` must change whenever anything
+        but this owner's saves changes the store's tasks; with ``own_writes_move`` it
+        also changes with the owner's own saves (it is read again after each)."""
+        self._token = token
+        self._own_writes_move = own_writes_move
+        self.forget()
+
+    def disown(self) -> None:
+        self._token = None
+        self.forget()
+
     def track(self, ops: Sequence[object]) -> None:
         """Apply a saved batch's task ops to the mirror (when it is loaded)."""
         live = self._live
@@ -687,23 +703,30 @@ class TaskQueries:
                 task_id = op.task_id
                 row = live.get(task_id)
                 if row is None and not isinstance(op, PutTask):
-                    continue  # a terminal task: not mirrored (a patch of one is refused)
+                    # Only live tasks take patches, marks and links: the mirror missed one.
+                    self.forget()
+                    return
                 row = next_task_row(op, row)
                 self._meta.pop(task_id, None)
                 if row.role == "terminal":
                     live.pop(task_id, None)
                 else:
                     live[task_id] = row
+        if self._own_writes_move and self._token is not None:
+            self._seen = self._token()
 
     def forget(self) -> None:
         self._live = None
         self._meta.clear()
 
     def _mirror(self) -> dict[int, TaskRow] | None:
-        if not self._mirrored:
+        if self._token is None:
             return None
-        if self._live is None:
+        seen = self._token()
+        if self._live is None or seen != self._seen:
+            self._meta.clear()
             self._live = {r.id: r for r in self._scan_live()}
+            self._seen = seen
         return self._live
 
     def _scan_live(self) -> list[TaskRow]:

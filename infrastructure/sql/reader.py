@@ -100,6 +100,7 @@ class SqlReadStore:
             # anyway.
             self._local.conn = conn
             self._local.own = own
+            self._local.began = False
             yield
         except Exception as exc:
             # Driver errors only (a damaged page, a server gone away); a command's own
@@ -111,8 +112,9 @@ class SqlReadStore:
             raise translated from exc
         finally:
             cur = getattr(self._local, "cur", None)
+            began = getattr(self._local, "began", False)
             self._local.cur = self._local.conn = None
-            self._local.own = False
+            self._local.own = self._local.began = False
             try:
                 if self._pg and own:
                     # A failed statement aborted the batch on the server. (IDLE is not a
@@ -127,7 +129,9 @@ class SqlReadStore:
                         conn.rollback()
                         if status in _PG_BROKEN:  # a failed string: its PREPAREs unknown
                             _forget_prepared(conn)
-                elif not own and conn.in_transaction:
+                elif began and conn.in_transaction:
+                    # Only the read transaction this snapshot began (a write transaction
+                    # begun meanwhile on the same connection is its writer's to end).
                     conn.execute("ROLLBACK")
             except Exception:
                 if not broken:
@@ -175,6 +179,7 @@ class SqlReadStore:
         if not self._pg:
             if not cur.connection.in_transaction and not getattr(self._local, "own", False):
                 cur.execute("BEGIN")  # the snapshot's read transaction, from this read on
+                self._local.began = True
             cur.execute(statement, tuple(params))
             rows: list[Any] = cur.fetchall()
             return rows

@@ -58,6 +58,8 @@ class RawWriter:
         self._commit = (
             f"{_ASYNC_COMMIT};COMMIT" if not self.sqlite and db.durability != "fsync" else "COMMIT"
         )
+        self._token_conn: Any = None  # change_token: the connection its counter is from
+        self._token_epoch = 0
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
@@ -76,6 +78,19 @@ class RawWriter:
                     self._fairy = self.db.writer.raw_connection()
             self.thread = threading.get_ident()
         return self._fairy.driver_connection
+
+    def change_token(self) -> tuple[bool, int, int]:
+        """SQLite: a value that moves whenever the session's rows may have changed other
+        than by this writer's own commits: another connection committed to the file
+        (``PRAGMA data_version``, per connection), the writer's connection was replaced,
+        or a deferred batch was lost (its rows rolled back). What the owner's live-task
+        mirror checks before it is read (projections/queries.py ``TaskQueries.own``)."""
+        conn = self.connection()
+        if conn is not self._token_conn:
+            self._token_conn = conn
+            self._token_epoch += 1
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        return self.lost is None, self._token_epoch, int(version)
 
     def _release(self) -> None:
         """PostgreSQL: give the connection back between transactions, for this process's

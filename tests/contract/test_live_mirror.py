@@ -1,8 +1,11 @@
-"""The owner's live-task mirror (``TaskQueries(mirror=True)``, issue 18): the session's owner
-is the only writer of its tasks, so it keeps the live task rows in memory, loaded once
-and then kept by the row ops of each batch it saves. The scheduler's passes and launches
-read it instead of the store. It must always equal what the store holds, and a save that
-fails must not leave it ahead of the store."""
+"""The owner's live-task mirror (``TaskQueries.own``, issue 18): the line that claimed a
+session is the only writer of its tasks, so it keeps the live task rows in memory, loaded
+once and then kept by the row ops of each batch it saves. The scheduler's passes and
+launches read it instead of the store. It must always equal what the store holds: a save
+that fails must not leave it ahead of the store, a read-only handle never mirrors, and an
+owner superseded by another handle's claim reads what the other wrote (a cheap change
+token: the memory read model's batch counter, SQLite's ``PRAGMA data_version``; on
+PostgreSQL the mirror is kept only under a lease, which fences every other writer)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,15 @@ from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.queries import TaskQueries
 from tests.backends import Backend
 from tests.scheddefs import Scripted, settle
+
+LEASE = pico.Lease(ttl=10.0, renew_every=3.0)
+
+
+async def _open(backend: Backend, **kwargs: Any) -> pico.Harness:
+    """A writing handle; on PostgreSQL under a lease (the mirror needs its fence)."""
+    if backend.name == "postgresql":
+        kwargs["lease"] = LEASE
+    return await backend.open(**kwargs)
 
 
 def _storage(h: pico.Harness) -> EventSourcedStorage:
@@ -66,7 +78,7 @@ async def test_the_mirror_equals_the_store_after_every_commit(
 
     work.on_execute = execute
     work.on_recover = recover
-    h = await backend.open(definitions=[work])
+    h = await _open(backend, definitions=[work])
     c = await h.root()
     assert await c.drive() == "idle"  # loads the mirror (nothing live yet)
 
@@ -102,7 +114,7 @@ async def test_a_pass_reads_no_task_rows_once_the_mirror_is_loaded(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     work = Scripted()
-    h = await backend.open(definitions=[work])
+    h = await _open(backend, definitions=[work])
     c = await h.root()
     await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting", foreground=False))
     store = _storage(h)._read_store
@@ -132,7 +144,7 @@ async def test_a_failed_save_drops_the_mirror_and_the_store_decides(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     work = Scripted()
-    h = await backend.open(definitions=[work])
+    h = await _open(backend, definitions=[work])
     c = await h.root()
     kept = await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
     storage = _storage(h)
@@ -156,7 +168,7 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     """A deferred (group-committed) command is applied to the mirror when saved; when its
     batch then fails to commit, the mirror is dropped with it."""
     work = Scripted()
-    h = await sql_backend.open(definitions=[work])
+    h = await _open(sql_backend, definitions=[work])
     c = await h.root()
     line = h.scheduler.line
     storage = _storage(h)
@@ -176,3 +188,89 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     assert storage.task_queries._live is None
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
     await h.close()
+
+
+async def test_postgresql_without_a_lease_and_read_only_handles_do_not_mirror(
+    backend: Backend,
+) -> None:
+    work = Scripted()
+    h = await backend.open(definitions=[work])
+    c = await h.root()
+    await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
+    assert h.scheduler.live_tasks(None)
+    # Without a lease nothing fences a second PostgreSQL writer: no mirror there.
+    assert (_storage(h).task_queries._token is None) == (backend.name == "postgresql")
+    if backend.name != "memory":  # a memory session has no second, read-only handle
+        await h.close()
+        reader = await backend.open(read_only=True, definitions=[work])
+        assert [t.status for t in reader.scheduler.live_tasks(None)] == ["waiting"]
+        assert _storage(reader).task_queries._token is None  # never claimed: reads the store
+        await reader.close()
+    else:
+        await h.close()
+
+
+@pytest.mark.takeover
+async def test_an_owner_superseded_by_another_claim_reads_what_the_other_wrote(
+    backend: Backend,
+) -> None:
+    if backend.exclusive_writer or backend.name == "postgresql":
+        pytest.skip("JSONL refuses a second writer; PostgreSQL mirrors only under a lease")
+    work = Scripted()
+    first = await backend.open(definitions=[work])
+    c = await first.root()
+    tid = await first.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
+    assert [t.id for t in first.scheduler.live_tasks(None)] == [tid]  # mirror loaded
+    second = await backend.open(definitions=[work])
+    await second.command(lambda tx: tx.patch_task(tid, status="done"))
+    # The first handle has not saved since: its mirror must not serve the old row.
+    assert first.faulted is None
+    assert first.scheduler.live_tasks(None) == [] == _store_live(_storage(first))
+    assert (await first.task(tid)).status == "done"  # type: ignore[union-attr]
+    assert await first.scheduler.drive(c.id) == "idle"
+    assert work.calls == []  # nothing was recovered for the task the other settled
+    await second.close()
+    await first.close()
+
+
+async def test_a_lost_deferred_batch_is_read_again_from_the_store(
+    sql_backend: Backend,
+) -> None:
+    """A deferred batch the store lost below the storage (a read failing inside it on
+    PostgreSQL, ``RawWriter.batch_aborted``) moves the change token: the mirror reloads."""
+    work = Scripted()
+    h = await _open(sql_backend, definitions=[work])
+    c = await h.root()
+    storage = _storage(h)
+    line = h.scheduler.line
+    assert storage.task_queries.live_tasks() == []  # loaded
+    await line.run(lambda tx: tx.create_task(c.id, "work", status="waiting"), defer=True)
+    assert len(storage.task_queries.live_tasks()) == 1
+    storage.recorder.writer.batch_aborted(RuntimeError("test: the batch is gone"))  # type: ignore[attr-defined]
+    assert storage.task_queries.live_tasks() == [] == _store_live(storage)
+    h.scheduler.line.fault("test: done")
+    await h.close()
+
+
+async def test_a_sqlite_snapshot_ends_only_the_read_transaction_it_began(
+    tmp_path: Any,
+) -> None:
+    """A read snapshot begins its transaction at its first query; one that has read nothing
+    when a deferred save opens the writer's transaction on the same connection leaves that
+    transaction to the writer (a ROLLBACK would drop the batch)."""
+    work = Scripted()
+    h = await pico.Harness.open(f"sqlite:///{tmp_path / 'p.db'}", session="s", definitions=[work])
+    c = await h.root()
+    line = h.scheduler.line
+    storage = _storage(h)
+    with storage.snapshot():  # on the writer's idle connection, nothing read yet
+        tid = await line.run(lambda tx: tx.create_task(c.id, "work", status="waiting"), defer=True)
+    assert storage.recorder.writer.pending  # type: ignore[attr-defined]
+    line.flush()
+    assert (await h.task(tid)).status == "waiting"  # type: ignore[union-attr]
+    await h.close()
+    again = await pico.Harness.open(f"sqlite:///{tmp_path / 'p.db'}", session="s", read_only=True)
+    assert (await again.task(tid)).status == "waiting"  # type: ignore[union-attr]
+    report = await pico.check(f"sqlite:///{tmp_path / 'p.db'}", session="s")
+    assert report.ok, report
+    await again.close()
