@@ -15,6 +15,7 @@ from eventsourcing.domain import Aggregate, event
 
 from pico.domain.errors import CommandRejectedError, TerminalTaskError
 from pico.domain.ids import task_uuid
+from pico.domain.trigger import trigger_event as fast_trigger_event
 
 __all__ = ["ROLES", "Role", "Task"]
 
@@ -23,6 +24,9 @@ ROLES: tuple[Role, ...] = ("ready", "inflight", "waiting", "terminal")
 
 
 class Task(Aggregate):
+    # The library's trigger_event less its per-event overhead (domain/trigger.py).
+    trigger_event = fast_trigger_event
+
     class Created(Aggregate.Created):
         session_id: str
         task_id: int

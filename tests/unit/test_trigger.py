@@ -1,0 +1,137 @@
+"""pico's ``trigger_event`` (domain/trigger.py) builds exactly the event the library's does:
+the same session, run once with each, stores the same events byte for byte (every type
+the flows below trigger: commits, claims, task patches, marks and links, entries,
+contexts, prefix replacement, reset, deletion, every kind of scoped-state write, working
+scopes), and the aggregates end in the same state."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from eventsourcing.domain import Aggregate
+
+import pico
+from pico import FauxProvider, FauxResponse, ToolContext
+from pico.domain.conversation import Conversation
+from pico.domain.session import Session
+from pico.domain.task import Task
+from pico.domain.trigger import trigger_event
+from pico.infrastructure.memory import named_database
+
+PLAN = pico.conversation_value("t.plan", int)
+NOTES = pico.conversation_list("t.notes", str)
+STICKY = pico.conversation_value("t.sticky", str, rewind=False)
+GLOBAL: pico.SessionValue[Any] = pico.SessionValue(namespace="t.global", key="k")
+
+
+async def _session(url: str) -> None:
+    async def read(args: Any, ctx: ToolContext) -> str:
+        return f"read {args['path']}"
+
+    script: list[Any] = [
+        FauxResponse(text="looking", tool_calls=[("read", {"path": "a"}), ("read", {"path": "b"})]),
+        "both read",
+        "a summary of it all",
+    ]
+    tools = [pico.Tool("read", "Read", {"type": "object"}, read)]
+    h = await pico.Harness.open(url, session="s", provider=FauxProvider(script), tools=tools)
+    c = await h.root()
+    _, result = await c.prompt("question")
+    assert result is not None and result.status == "done"
+    await c.set_value(PLAN, 1)
+    await c.append_list(NOTES, "n1")
+    await c.set_value(STICKY, "s")
+    await h.command(lambda tx: tx.set_value(GLOBAL, {"x": 1}))
+    await h.command(lambda tx: tx.delete_value(GLOBAL))
+    await c.clear_list(NOTES)
+    await c.delete_value(STICKY)
+    marker = await c.append("user", "a marker")
+    fork = await c.fork(at_entry=marker)
+    await fork.append("user", "in the fork")
+
+    other = await h.command(lambda tx: tx.create_conversation())
+    await h.command(lambda tx: tx.reset_context(other))
+    await h.command(lambda tx: tx.delete_conversation(other))
+    await c.collapse()
+    assert await c.drive() == "idle"
+    await h.close()
+
+
+def _stored(name: str) -> list[tuple[Any, ...]]:
+    db = named_database(name)
+    return [(e.originator_id, e.originator_version, e.topic, e.state) for e in db.log["s"]]
+
+
+def _fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event's timestamp from a fresh counter, and the claim's owner name from
+    another, so two runs stamp alike."""
+    start = datetime(2026, 12, 2, tzinfo=UTC)
+    ticks = itertools.count()
+    owners = itertools.count()
+    monkeypatch.setattr(
+        Aggregate.Event,
+        "create_timestamp",
+        classmethod(lambda cls: start + timedelta(microseconds=next(ticks))),
+    )
+    # The claim names its owner with uuid.uuid4() (application/line.py).
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(owners)))
+
+
+def test_the_fast_trigger_stores_what_the_library_stores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fixed_clock(monkeypatch)
+    asyncio.run(_session("memory://trigger-fast"))
+    fast = _stored("trigger-fast")
+    for cls in (Task, Conversation, Session):
+        assert cls.trigger_event is trigger_event
+        monkeypatch.setattr(cls, "trigger_event", Aggregate.trigger_event)
+    _fixed_clock(monkeypatch)
+    asyncio.run(_session("memory://trigger-library"))
+    library = _stored("trigger-library")
+    topics = {topic.rsplit(".", 1)[-1] for _, _, topic, _ in library}
+    # The run covers the event types the aggregates trigger on the hot paths.
+    for name in ("Committed", "Claimed", "Patched", "EntryAppended", "ContextAppended"):
+        assert name in topics, name
+    for name in ("ValueSet", "ValueDeleted", "ListAppended", "ListCleared", "ContextReset"):
+        assert name in topics, name
+    assert "Deleted" in topics and "ContextPrefixReplaced" in topics
+    assert len(fast) == len(library)
+    for a, b in zip(fast, library, strict=True):
+        assert a == b
+
+
+def test_missing_and_unknown_fields_are_refused_like_the_library() -> None:
+    session = Session(session_id="s")
+    with pytest.raises(TypeError, match="missing field 'last'"):
+        session.trigger_event(Session.Committed, first=1, scope="main", link="", task=None)
+    with pytest.raises(TypeError, match="unexpected fields \\['colour'\\]"):
+        session.trigger_event(
+            Session.Committed, first=1, last=1, scope="main", link="", task=None, colour=1
+        )
+    assert session.version == 1 and len(session.pending_events) == 1  # only its creation
+
+
+def test_the_aggregate_ends_as_the_library_leaves_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fixed_clock(monkeypatch)
+    fast = Session(session_id="s")
+    fast.commit(first=1, last=1)
+    fast.set_value(seq=2, namespace="n", key="k", value="1")
+    _fixed_clock(monkeypatch)
+    monkeypatch.setattr(Session, "trigger_event", Aggregate.trigger_event)
+    library = Session(session_id="s")
+    library.commit(first=1, last=1)
+    library.set_value(seq=2, namespace="n", key="k", value="1")
+
+    def state(a: Session) -> dict[str, Any]:
+        return {k: v for k, v in vars(a).items() if k != "_pending_events"}
+
+    assert state(fast) == state(library)
+    assert fast.version == 3 and fast.modified_on == library.modified_on
+    pairs = zip(fast.pending_events, library.pending_events, strict=True)
+    assert all(list(vars(a).items()) == list(vars(b).items()) for a, b in pairs)
