@@ -148,8 +148,10 @@ class EventSourcedStorage:
         """The line that claimed this session for writing (the only writer of its tasks)
         mirrors its live tasks (``TaskQueries.own``), where a change by anyone else can be
         told cheaply: the memory read model's batch counter (memory, JSONL), SQLite's
-        ``PRAGMA data_version`` on the writer's connection; on PostgreSQL only when a lease
-        fences every other writer (``fenced``). Returns whether it mirrors."""
+        ``PRAGMA data_version`` on the writer's connection. Not on PostgreSQL yet: even
+        under a lease (``fenced``), the partitioned-worker test ran its tool a third time
+        in 3 of 6 runs with the mirror on (not understood yet; issue 18's notes). Returns
+        whether it mirrors."""
         writes = getattr(self._read_store, "writes", None)
         if isinstance(writes, int):
             store = self._read_store
@@ -160,9 +162,6 @@ class EventSourcedStorage:
             return False
         if writer.sqlite:
             self.task_queries.own(writer.change_token, own_writes_move=False)
-            return True
-        if fenced:
-            self.task_queries.own(lambda: writer.lost is None, own_writes_move=False)
             return True
         return False
 

@@ -4,8 +4,8 @@ once and then kept by the row ops of each batch it saves. The scheduler's passes
 launches read it instead of the store. It must always equal what the store holds: a save
 that fails must not leave it ahead of the store, a read-only handle never mirrors, and an
 owner superseded by another handle's claim reads what the other wrote (a cheap change
-token: the memory read model's batch counter, SQLite's ``PRAGMA data_version``; on
-PostgreSQL the mirror is kept only under a lease, which fences every other writer)."""
+token: the memory read model's batch counter, SQLite's ``PRAGMA data_version``). Not on
+PostgreSQL yet (storage.py ``own_tasks``): there every read goes to the store, as before."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ LEASE = pico.Lease(ttl=10.0, renew_every=3.0)
 
 
 async def _open(backend: Backend, **kwargs: Any) -> pico.Harness:
-    """A writing handle; on PostgreSQL under a lease (the mirror needs its fence)."""
+    """A writing handle of a backend that mirrors (PostgreSQL does not yet)."""
     if backend.name == "postgresql":
-        kwargs["lease"] = LEASE
+        pytest.skip("PostgreSQL keeps no live-task mirror yet (storage.py own_tasks)")
     return await backend.open(**kwargs)
 
 
@@ -190,15 +190,14 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     await h.close()
 
 
-async def test_postgresql_without_a_lease_and_read_only_handles_do_not_mirror(
-    backend: Backend,
-) -> None:
+async def test_postgresql_and_read_only_handles_do_not_mirror(backend: Backend) -> None:
     work = Scripted()
-    h = await backend.open(definitions=[work])
+    lease: dict[str, Any] = {"lease": LEASE} if backend.name == "postgresql" else {}
+    h = await backend.open(definitions=[work], **lease)
     c = await h.root()
     await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
     assert h.scheduler.live_tasks(None)
-    # Without a lease nothing fences a second PostgreSQL writer: no mirror there.
+    # PostgreSQL, even under a lease, reads every live set from the store.
     assert (_storage(h).task_queries._token is None) == (backend.name == "postgresql")
     if backend.name != "memory":  # a memory session has no second, read-only handle
         await h.close()
@@ -215,7 +214,7 @@ async def test_an_owner_superseded_by_another_claim_reads_what_the_other_wrote(
     backend: Backend,
 ) -> None:
     if backend.exclusive_writer or backend.name == "postgresql":
-        pytest.skip("JSONL refuses a second writer; PostgreSQL mirrors only under a lease")
+        pytest.skip("JSONL refuses a second writer; PostgreSQL keeps no mirror yet")
     work = Scripted()
     first = await backend.open(definitions=[work])
     c = await first.root()
