@@ -319,7 +319,6 @@ class Harness:
                 read_only=read_only,
                 definitions=registry,
                 gate=None if gate is None else gate.check,
-                fenced=heartbeat is not None,
             )
             line.telemetry = telemetry
             harness = cls(line, clock)

@@ -109,7 +109,6 @@ class CommandLine:
         read_only: bool,
         definitions: TaskRegistry | None = None,
         gate: Callable[[Session], None] | None = None,
-        fenced: bool = False,
     ) -> CommandLine:
         """Read the session's stored state and, for writing, then append a claim.
 
@@ -130,7 +129,7 @@ class CommandLine:
         written; the first fingerprint it records lands in the claim's batch.
 
         Once claimed, the line mirrors the session's live tasks (``own_tasks``: it is their
-        only writer; ``fenced``: a lease keeps every other writer out).
+        only writer).
         """
         sid = storage.session_id
         loaded = _load_session(storage)
@@ -153,7 +152,7 @@ class CommandLine:
             session = _claim(storage, session, gate)
             own = getattr(storage, "own_tasks", None)
             if own is not None:
-                own(fenced=fenced)
+                own()
         line = cls(storage, session, read_only=read_only, definitions=registry)
         if root is not None and not read_only and session.head == head:
             # No command committed between the root's load and the claim (every commit

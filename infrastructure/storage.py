@@ -144,26 +144,24 @@ class EventSourcedStorage:
             self._snapshot(aggregate)
         return aggregate
 
-    def own_tasks(self, *, fenced: bool = False) -> bool:
+    def own_tasks(self) -> bool:
         """The line that claimed this session for writing (the only writer of its tasks)
         mirrors its live tasks (``TaskQueries.own``), where a change by anyone else can be
         told cheaply: the memory read model's batch counter (memory, JSONL), SQLite's
         ``PRAGMA data_version`` on the writer's connection. Not on PostgreSQL yet: even
-        under a lease (``fenced``), the partitioned-worker test ran its tool a third time
-        in 3 of 6 runs with the mirror on (not understood yet; issue 18's notes). Returns
-        whether it mirrors."""
+        under a lease, the partitioned-worker test ran its tool a third time in 3 of 6
+        runs with the mirror on (not understood yet; issue 18's notes). Returns whether it
+        mirrors."""
         writes = getattr(self._read_store, "writes", None)
         if isinstance(writes, int):
             store = self._read_store
             self.task_queries.own(lambda: store.writes, own_writes_move=True)  # type: ignore[attr-defined]
             return True
         writer = getattr(self.recorder, "writer", None)
-        if writer is None:
+        if writer is None or not writer.sqlite:
             return False
-        if writer.sqlite:
-            self.task_queries.own(writer.change_token, own_writes_move=False)
-            return True
-        return False
+        self.task_queries.own(writer.change_token, own_writes_move=False)
+        return True
 
     def disown_tasks(self) -> None:
         self.task_queries.disown()
