@@ -148,10 +148,11 @@ class EventSourcedStorage:
         """The line that claimed this session for writing (the only writer of its tasks)
         mirrors its live tasks (``TaskQueries.own``), where a change by anyone else can be
         told cheaply: the memory read model's batch counter (memory, JSONL), SQLite's
-        ``PRAGMA data_version`` on the writer's connection. Not on PostgreSQL yet (it was
-        turned off while the partitioned-worker test failed; that was the test's own
-        script, fixed since: turning it on under a lease is the next step, issue 18's
-        notes). Returns whether it mirrors."""
+        ``PRAGMA data_version`` on the writer's connection. Not on PostgreSQL: it has no
+        such token, and a lease does not fence everyone (an open without ``lease=`` does
+        not read the lease row, so its claim can supersede a leased owner, whose mirror
+        would then serve rows the other changed until its next write is refused).
+        Returns whether it mirrors."""
         writes = getattr(self._read_store, "writes", None)
         if isinstance(writes, int):
             store = self._read_store
