@@ -15,6 +15,7 @@ from eventsourcing.domain import Aggregate, event
 
 from pico.domain.errors import CommandRejectedError, TerminalTaskError
 from pico.domain.ids import task_uuid
+from pico.domain.trigger import create_aggregate
 from pico.domain.trigger import trigger_event as fast_trigger_event
 
 __all__ = ["ROLES", "Role", "Task"]
@@ -117,9 +118,9 @@ class Task(Aggregate):
         role = kwargs.get("role")
         if role not in ROLES:
             raise CommandRejectedError(f"task role must be one of {ROLES}, not {role!r}")
-        # The library's constructor less its positional-argument coercion (keywords only
-        # here): a fifth of a task creation, five per agent turn.
-        return cls._create(cls.Created, **kwargs)
+        # The library's constructor less its per-call overhead (domain/trigger.py).
+        task: Task = create_aggregate(cls, cls.Created, **kwargs)
+        return task
 
     @property
     def terminal(self) -> bool:

@@ -19,12 +19,16 @@ import dataclasses
 from typing import Any
 from uuid import UUID
 
-__all__ = ["trigger_event"]
+from eventsourcing.utils import get_topic
+
+__all__ = ["create_aggregate", "trigger_event"]
 
 _MISSING: Any = dataclasses.MISSING
 #: Per event class: its body fields in order, each with its default and default factory.
 _LAYOUT: dict[type, tuple[tuple[str, Any, Any], ...]] = {}
 _RECORD = ("originator_id", "originator_version", "timestamp")
+#: Per aggregate class: its topic (the created event's ``originator_topic``).
+_TOPICS: dict[type, str] = {}
 
 
 def _layout(event_class: type) -> tuple[tuple[str, Any, Any], ...]:
@@ -41,17 +45,9 @@ def _layout(event_class: type) -> tuple[tuple[str, Any, Any], ...]:
     return layout
 
 
-def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
-    """The library's ``BaseAggregate.trigger_event`` (no explicit ``TOPIC`` in pico)."""
-    if not isinstance(self.id, UUID):  # the library event's __post_init__ check
-        raise TypeError(f"{event_class} was initialized with a non-UUID originator_id: {self.id!r}")
-    version = self.version + 1
-    stamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
-    event = object.__new__(event_class)
-    body = event.__dict__
-    body["originator_id"] = self.id
-    body["originator_version"] = version
-    body["timestamp"] = stamp
+def _fill(body: dict[str, Any], event_class: type, kwargs: dict[str, Any]) -> None:
+    """The event's body fields from ``kwargs`` in the dataclass's order, with defaults;
+    ``TypeError`` for a missing or unknown field, as the dataclass ``__init__`` raises."""
     used = 0
     for name, default, factory in _layout(event_class):
         if name in kwargs:
@@ -67,6 +63,48 @@ def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
         known = {name for name, _, _ in _layout(event_class)}
         unknown = sorted(set(kwargs) - known)
         raise TypeError(f"Can't construct event {event_class}: unexpected fields {unknown}")
+
+
+def create_aggregate(aggregate_class: Any, event_class: Any, **kwargs: Any) -> Any:
+    """The library's ``BaseAggregate._create`` for an aggregate whose ``__init__`` is its
+    created event's ``@event`` method, called with keywords only (Task): the id from
+    ``create_id``, the created event with the aggregate's topic, then what the event's
+    ``mutate`` does (``__base_init__``, the ``__init__`` body, ``apply``). The library's
+    version copies and filters its keywords twice and builds the event through the frozen
+    dataclass ``__init__``: most of a task creation, five per agent turn."""
+    originator_id = aggregate_class.create_id(**kwargs)
+    if not isinstance(originator_id, UUID):
+        raise TypeError(f"{aggregate_class.__qualname__}.create_id returned {originator_id!r}")
+    stamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
+    event = object.__new__(event_class)
+    body = event.__dict__
+    body["originator_id"] = originator_id
+    body["originator_version"] = aggregate_class.INITIAL_VERSION
+    body["timestamp"] = stamp
+    topic = _TOPICS.get(aggregate_class)
+    if topic is None:
+        topic = _TOPICS[aggregate_class] = get_topic(aggregate_class)
+    _fill(body, event_class, {"originator_topic": topic, **kwargs})
+    agg = object.__new__(aggregate_class)
+    agg.__base_init__(originator_id, aggregate_class.INITIAL_VERSION, stamp)
+    agg.__init__(**kwargs)
+    event.apply(agg)
+    agg._pending_events.append(event)
+    return agg
+
+
+def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
+    """The library's ``BaseAggregate.trigger_event`` (no explicit ``TOPIC`` in pico)."""
+    if not isinstance(self.id, UUID):  # the library event's __post_init__ check
+        raise TypeError(f"{event_class} was initialized with a non-UUID originator_id: {self.id!r}")
+    version = self.version + 1
+    stamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
+    event = object.__new__(event_class)
+    body = event.__dict__
+    body["originator_id"] = self.id
+    body["originator_version"] = version
+    body["timestamp"] = stamp
+    _fill(body, event_class, kwargs)
     event.apply(self)  # as the library's mutate: apply before the version moves
     self.version = version
     self.modified_on = stamp

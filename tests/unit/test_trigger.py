@@ -91,6 +91,7 @@ def test_the_fast_trigger_stores_what_the_library_stores(
     for cls in (Task, Conversation, Session):
         assert cls.trigger_event is trigger_event
         monkeypatch.setattr(cls, "trigger_event", Aggregate.trigger_event)
+    monkeypatch.setattr(Task, "start", classmethod(_library_start))
     _fixed_clock(monkeypatch)
     asyncio.run(_session("memory://trigger-library"))
     library = _stored("trigger-library")
@@ -104,6 +105,60 @@ def test_the_fast_trigger_stores_what_the_library_stores(
     assert len(fast) == len(library)
     for a, b in zip(fast, library, strict=True):
         assert a == b
+
+
+def _library_start(cls: type[Task], **kwargs: Any) -> Task:
+    return cls._create(cls.Created, **kwargs)
+
+
+_TASK: dict[str, Any] = {
+    "session_id": "s",
+    "task_id": 7,
+    "conversation_id": 1,
+    "kind": "tool",
+    "status": "pending",
+    "role": "ready",
+    "state": '{"a":1}',
+    "after": [3],
+    "foreground": True,
+    "spawned_by": None,
+    "not_before": None,
+    "required_permit": None,
+}
+
+
+def test_a_task_is_created_as_the_library_creates_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fixed_clock(monkeypatch)
+    fast = Task.start(**_TASK)
+    _fixed_clock(monkeypatch)
+    library = _library_start(Task, **_TASK)
+    assert type(fast) is Task
+    assert vars(fast).keys() == vars(library).keys()
+    for name, value in vars(library).items():
+        if name != "_pending_events":
+            assert vars(fast)[name] == value, name
+    (a,), (b,) = fast.pending_events, library.pending_events
+    assert type(a) is type(b) is Task.Created
+    assert list(vars(a).items()) == list(vars(b).items())
+    # A created task takes its next event as a library-created one does.
+    fast.patch(
+        seq=9,
+        status="done",
+        role="terminal",
+        state=None,
+        after=[],
+        not_before=None,
+        required_permit=None,
+    )
+    assert fast.version == 2 and fast.terminal
+
+
+def test_a_task_with_a_missing_or_unknown_field_is_refused() -> None:
+    missing = {k: v for k, v in _TASK.items() if k != "kind"}
+    with pytest.raises(TypeError, match="missing field 'kind'"):
+        Task.start(**missing)
+    with pytest.raises(TypeError, match="unexpected fields \\['colour'\\]"):
+        Task.start(**_TASK, colour="red")
 
 
 def test_missing_and_unknown_fields_are_refused_like_the_library() -> None:
