@@ -107,7 +107,7 @@ def test_the_fast_trigger_stores_what_the_library_stores(
         assert a == b
 
 
-def _library_start(cls: type[Task], **kwargs: Any) -> Task:
+def _library_start(cls: type[Task], /, **kwargs: Any) -> Task:
     return cls._create(cls.Created, **kwargs)
 
 
