@@ -27,6 +27,8 @@ _MISSING: Any = dataclasses.MISSING
 #: Per event class: its body fields in order, each with its default and default factory.
 _LAYOUT: dict[type, tuple[tuple[str, Any, Any], ...]] = {}
 _RECORD = ("originator_id", "originator_version", "timestamp")
+#: Per event class: its body field names, as a set and in order.
+_NAMES: dict[type, tuple[frozenset[str], tuple[str, ...]]] = {}
 #: Per aggregate class: its topic (the created event's ``originator_topic``).
 _TOPICS: dict[type, str] = {}
 
@@ -93,19 +95,33 @@ def create_aggregate(aggregate_class: Any, event_class: Any, **kwargs: Any) -> A
     return agg
 
 
+def _names(event_class: type) -> tuple[frozenset[str], tuple[str, ...]]:
+    names = _NAMES.get(event_class)
+    if names is None:
+        order = tuple(name for name, _, _ in _layout(event_class))
+        names = _NAMES[event_class] = (frozenset(order), order)
+    return names
+
+
 def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
     """The library's ``BaseAggregate.trigger_event`` (no explicit ``TOPIC`` in pico)."""
-    if not isinstance(self.id, UUID):  # the library event's __post_init__ check
-        raise TypeError(f"{event_class} was initialized with a non-UUID originator_id: {self.id!r}")
-    version = self.version + 1
+    originator_id = self._id
+    if not isinstance(originator_id, UUID):  # the library event's __post_init__ check
+        raise TypeError(
+            f"{event_class} was initialized with a non-UUID originator_id: {originator_id!r}"
+        )
+    version = self._version + 1
     stamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
     event = object.__new__(event_class)
-    body = event.__dict__
-    body["originator_id"] = self.id
-    body["originator_version"] = version
-    body["timestamp"] = stamp
-    _fill(body, event_class, kwargs)
+    body = {"originator_id": originator_id, "originator_version": version, "timestamp": stamp}
+    given, order = _names(event_class)
+    if kwargs.keys() == given:  # every field given (the aggregates' own calls): no defaults
+        for name in order:
+            body[name] = kwargs[name]
+    else:
+        _fill(body, event_class, kwargs)
+    object.__setattr__(event, "__dict__", body)
     event.apply(self)  # as the library's mutate: apply before the version moves
-    self.version = version
-    self.modified_on = stamp
+    self._version = version
+    self._modified_on = stamp
     self._pending_events.append(event)
