@@ -28,6 +28,7 @@ from eventsourcing.persistence import StoredEvent
 from pico.application.chain import ChainBreak, ChainReport
 from pico.domain.ids import stream_uuid
 from pico.domain.session import BOUNDARY_TOPICS
+from pico.infrastructure.codec import stored_event
 
 __all__ = [
     "PLACEHOLDER",
@@ -63,14 +64,16 @@ def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -
     """The link over ``batch`` (its boundary read as ``boundary_body``): one sha256 over
     the previous link and each event's framed stored body, joined once."""
     parts = [previous.encode()]
-    ids: dict[Any, bytes] = {}  # a batch's events share a few streams
+    # A batch's events share a few streams, and each aggregate's events the one id
+    # object: keyed by identity (a UUID hashes in Python), alive for the whole batch.
+    ids: dict[int, bytes] = {}
     last = len(batch) - 1
     for i, stored in enumerate(batch):
         body = boundary_body if i == last else stored.state
         oid = stored.originator_id
-        hex_id = ids.get(oid)
+        hex_id = ids.get(id(oid))
         if hex_id is None:
-            hex_id = ids[oid] = _hex(oid)
+            hex_id = ids[id(oid)] = _hex(oid)
         topic = _TOPICS.get(stored.topic)
         if topic is None:
             topic = _TOPICS[stored.topic] = stored.topic.encode()
@@ -93,7 +96,7 @@ def seal_boundary(previous: str, batch: list[StoredEvent]) -> str:
     if body.count(_PLACEHOLDER_FIELD) != 1:
         raise ValueError(f"boundary {boundary.topic} was not encoded with a placeholder link")
     link = _digest(previous, batch, body)
-    batch[-1] = StoredEvent(
+    batch[-1] = stored_event(
         boundary.originator_id,
         boundary.originator_version,
         boundary.topic,
