@@ -119,10 +119,18 @@ class MemoryReadStore:
             self._context[op.conversation_id].extend(op.ids)
             self._edit(EditRow(op.conversation_id, op.seq, "append", op.ids, 0, op.revision))
         elif isinstance(op, PutCommit):
-            assert self._meta is not None
+            meta = self._meta
+            assert meta is not None
             main = op.scope == "main"
-            self._meta = replace(
-                self._meta, head=op.last, main_head=op.last if main else self._meta.main_head
+            # Built directly: dataclasses.replace introspects the fields on every call
+            # (one commit row per command).
+            self._meta = SessionMeta(
+                meta.session_id,
+                op.last,
+                op.last if main else meta.main_head,
+                meta.root_id,
+                meta.owner,
+                meta.extra,
             )
             if main:
                 self._boundaries.add(op.last)

@@ -610,14 +610,23 @@ def next_task_row(op: TaskOp, row: TaskRow | None) -> TaskRow:
     owner's live-task mirror both apply task ops with it."""
     if isinstance(op, PatchTask):
         assert row is not None
-        return row._replace(
-            status=op.status,
-            role=op.role,
-            state=row.state if op.state is None else op.state,
-            after=tuple(op.after),
-            not_before=op.not_before,
-            required_permit=op.required_permit,
-            updated_seq=op.seq,
+        # Built directly, not with _replace (a status change per command, applied by the
+        # read model and the owner's mirror both).
+        return TaskRow(
+            row.id,
+            row.conversation_id,
+            row.kind,
+            op.status,
+            op.role,
+            row.state if op.state is None else op.state,
+            tuple(op.after),
+            row.foreground,
+            row.spawned_by,
+            row.owned_conversation_id,
+            op.not_before,
+            op.required_permit,
+            row.abort_requested,
+            op.seq,
         )
     if isinstance(op, PutTask):
         return TaskRow(
