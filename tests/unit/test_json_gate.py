@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+import json
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pico.application.state import session_value
 from pico.application.tools import Tool, ToolContext
@@ -230,3 +233,33 @@ async def test_a_tool_result_with_a_lone_surrogate_becomes_an_error_result() -> 
         assert outcome.is_error and outcome.text.startswith("InvalidJsonError: "), outcome.text
         assert where in outcome.text and "\ud800" not in outcome.text
         assert "\udfff" not in outcome.text
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=["Cs"])),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(exclude_categories=["Cs"]), max_size=5), inner)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_dumps_writes_the_text_the_library_encoder_writes(value: Any) -> None:
+    # dumps keeps one C scanner instead of building one per call: the text must not move.
+    library = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert dumps(value) == library
+
+
+def test_dumps_refuses_a_cycle_before_encoding_it() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(InvalidJsonError, match="nested deeper than"):
+        dumps(cycle)
+    assert dumps(_Text("v")) == '"v"' and dumps({"c": _Color.RED}) == '{"c":1}'
