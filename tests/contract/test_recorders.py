@@ -140,6 +140,21 @@ def test_memory_recorder_accepts_any_first_version_and_refuses_a_repeat(version:
     assert [e.state for e in recorder.select_events(oid)] == [b"a"]
 
 
+def test_memory_recorder_refuses_a_repeat_within_one_batch_however_the_id_is_spelled() -> None:
+    # The batch check keys streams by value: the same stream as another UUID object, or
+    # as text (a migration's events), is still the same stream.
+    recorder = MemoryRecorder(MemoryDatabase())
+    oid = uuid.uuid4()
+    recorder.insert_events([StoredEvent(oid, 1, "t", b"a")])
+    for twin in (uuid.UUID(str(oid)), str(oid)):
+        with pytest.raises(IntegrityError):
+            recorder.insert_events(
+                [StoredEvent(oid, 2, "t", b"b"), StoredEvent(twin, 2, "t", b"c")]
+            )
+    recorder.insert_events([StoredEvent(oid, 2, "t", b"b"), StoredEvent(str(oid), 3, "t", b"c")])
+    assert [e.state for e in recorder.select_events(oid)] == [b"a", b"b", b"c"]
+
+
 def test_memory_windows_match_sqlite_for_every_bound(tmp_path: Path) -> None:
     """The memory recorder finds a window by bisection (a reload after a snapshot copies
     only what it returns): every combination of bounds, direction and limit selects what
