@@ -84,19 +84,16 @@ class MemoryRecorder(AggregateRecorder):
         before anything is applied. Call under the database lock."""
         if not self.is_events:
             return
-        # Keyed by the UUID's int: a UUID hashes in Python, and a batch has a few streams.
-        pending: dict[int, int] = {}
+        pending: dict[UUID, int] = {}
         for e in stored_events:
             oid = stream_uuid(e.originator_id)
-            last = pending.get(oid.int)
-            if last is None:
-                stream = self.streams.get(oid)
-                # A new stream accepts any first version (the library's recorders take
-                # version 0 too); after that versions must increase.
-                last = stream[-1].originator_version if stream else -1
+            stream = self.streams.get(oid, [])
+            # A new stream accepts any first version (the library's recorders take version
+            # 0 too); after that versions must increase.
+            last = pending.get(oid, stream[-1].originator_version if stream else -1)
             if e.originator_version <= last:
                 raise IntegrityError(f"stream {oid} already has version {e.originator_version}")
-            pending[oid.int] = e.originator_version
+            pending[oid] = e.originator_version
 
     def publish(
         self, stored_events: Sequence[StoredEvent], session_id: str, ops: Sequence[RowOp]
@@ -108,14 +105,9 @@ class MemoryRecorder(AggregateRecorder):
                 self.streams[stream_uuid(e.originator_id)] = [e]
         else:
             log = self.db.log.setdefault(session_id, [])
-            lists: dict[int, list[StoredEvent]] = {}  # this batch's streams, by UUID int
             for e in stored_events:
-                oid = stream_uuid(e.originator_id)
-                stream = lists.get(oid.int)
-                if stream is None:
-                    stream = lists[oid.int] = self.streams.setdefault(oid, [])
-                stream.append(e)
-            log.extend(stored_events)
+                self.streams.setdefault(stream_uuid(e.originator_id), []).append(e)
+                log.append(e)
         if ops:
             self.db.read_store(session_id).apply(ops)
 
