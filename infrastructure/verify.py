@@ -46,6 +46,7 @@ from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import MemoryDatabase, named_database
 from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.bodies import readable
 from pico.infrastructure.sql.store import SqlProjectionWriter, read_only_connector
 from pico.infrastructure.storage import BATCH_END, aggregate_name, make_mapper
 from pico.projections.memory import MemoryReadStore
@@ -416,9 +417,9 @@ def session_events(
         .execution_options(yield_per=1000)
     )
     for r in rows:
-        # A body rewritten as TEXT behind pico's back reads back as str.
-        body = r[4].encode("utf-8", "surrogatepass") if isinstance(r[4], str) else r[4]
-        yield r[0], StoredEvent(UUID(r[1]), r[2], r[3], bytes(body))
+        # Inflated; one that does not inflate (or was rewritten as TEXT) is the codec's
+        # finding, at its position.
+        yield r[0], StoredEvent(UUID(r[1]), r[2], r[3], readable(r[4]))
 
 
 def _check_snapshots(conn: Connection, replay: EventReplay) -> None:
@@ -429,8 +430,7 @@ def _check_snapshots(conn: Connection, replay: EventReplay) -> None:
             sc.originator_id.in_([oid.hex for oid in streams[i : i + 500]])
         )
         for r in conn.execute(q):
-            body = r[3].encode("utf-8", "surrogatepass") if isinstance(r[3], str) else r[3]
-            replay.snapshot(UUID(r[0]), r[1], r[2], bytes(body))
+            replay.snapshot(UUID(r[0]), r[1], r[2], readable(r[3]))
 
 
 def _integrity(conn: Connection, where: str, findings: Findings) -> bool:

@@ -15,6 +15,7 @@ from pytest_bdd import parsers, then, when
 import pico
 from features.steps.check import _edit_journal, _engine, _memory, _sql, _stored_events
 from features.steps.library import World
+from tests.bodies import reencoded
 
 
 @pytest.fixture
@@ -75,17 +76,21 @@ def _tamper(world: World, name: str, *, remove: bool) -> None:
     engine = _engine(world)
     try:
         with engine.connect() as conn:
-            state = conn.execute(
-                sa.text("SELECT state FROM pico_events WHERE id = :id"), {"id": position}
-            ).scalar_one()
+            topic, state = conn.execute(
+                sa.text("SELECT topic, state FROM pico_events WHERE id = :id"), {"id": position}
+            ).one()
     finally:
         engine.dispose()
-    assert f'"seq":{entry},'.encode() in bytes(state)
+
+    def forge(body: bytes) -> bytes:
+        assert f'"seq":{entry},'.encode() in body
+        return body.replace(f'\\"{name}\\"'.encode(), b'\\"forged\\"')
+
     _sql(
         world,
         "UPDATE pico_events SET state = :body WHERE session_id = :sid AND id = :id",
         id=position,
-        body=bytes(state).replace(f'\\"{name}\\"'.encode(), b'\\"forged\\"'),
+        body=reencoded(state, topic, forge),
     )
 
 

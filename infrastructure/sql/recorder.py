@@ -16,6 +16,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from eventsourcing.persistence import AggregateRecorder, StoredEvent
 
+from pico.infrastructure.sql import bodies
 from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.notify import (
     CommitListener,
@@ -89,8 +90,15 @@ class SqlRecorder(AggregateRecorder):
         ops: Sequence[RowOp] = kwargs.get("ops", ())
         if self.is_events:
             sql = self._writer.sql(_INSERT_EVENT)
+            encode = bodies.encode  # deflated with the topic's dictionary (bodies.py)
             rows: list[tuple[Any, ...]] = [
-                (session_id, _hex(e.originator_id), e.originator_version, e.topic, e.state)
+                (
+                    session_id,
+                    _hex(e.originator_id),
+                    e.originator_version,
+                    e.topic,
+                    encode(e.topic, e.state),
+                )
                 for e in stored_events
             ]
         else:
@@ -604,7 +612,6 @@ class SqlProjectionWriter:
 
 
 def _body(value: Any) -> bytes:
-    """A stored body as bytes. A body rewritten behind pico's back as SQLite TEXT (e.g. by
-    ``replace()``) reads as its UTF-8 bytes, so decoding and the hash chain report it
-    instead of the driver's type error escaping."""
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+    """A stored body as the JSON bytes the codec above decodes (``bodies.readable``: a
+    body that does not inflate, or one rewritten as TEXT, is reported there)."""
+    return bodies.readable(value)

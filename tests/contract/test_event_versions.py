@@ -25,6 +25,7 @@ from pico.infrastructure.container import open_storage
 from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.ops import project
 from tests.backends import Backend
+from tests.bodies import edit_bodies
 
 #: topic -> (class_version, {field: type}); the timestamp (every event's) is left out.
 CATALOGUE: dict[str, tuple[int, dict[str, str]]] = {
@@ -436,10 +437,12 @@ async def test_an_anchored_legacy_event_edited_later_breaks_at_the_anchor(tmp_pa
         anchor_at = (await h.verify()).anchored_at
     db = sqlite3.connect(tmp_path / "old.db")
     with db:
-        db.execute(
-            "UPDATE pico_events SET state = replace(state, 'per token', 'per tok3n') "
-            "WHERE topic LIKE '%EntryAppended'"
+        edited = edit_bodies(
+            db,
+            lambda body: body.replace(b"per token", b"per tok3n"),
+            where="topic LIKE '%EntryAppended'",
         )
+        assert edited > 0
     db.close()
     report = await pico.verify(backend.url, session=backend.session)
     assert not report.ok and report.breaks[0].position == anchor_at

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 import pico
 from tests.backends import Backend
+from tests.bodies import edit_bodies
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,12 +171,12 @@ async def test_an_event_body_changed_to_other_valid_json_is_a_read_model_differe
 ) -> None:
     path, url = await _sqlite_session(tmp_path)
     with _tamper(path) as conn:
-        conn.execute(
-            "UPDATE pico_events SET state = CAST(replace(CAST(state AS TEXT), "
-            "'Inspect the parser', 'Delete the parser') AS BLOB) "
-            "WHERE topic LIKE '%Conversation.EntryAppended'"
+        edited = edit_bodies(
+            conn,
+            lambda body: body.replace(b"Inspect the parser", b"Delete the parser"),
+            where="topic LIKE '%Conversation.EntryAppended'",
         )
-        assert conn.total_changes > 0
+        assert edited > 0
     before = _sha(path)
     report = await pico.check(url, session="main")
     # The edited event no longer matches its commit's link, and the read model no longer

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import pico
+from pico.infrastructure.sql.bodies import DEFLATE
 
 SESSION = "s"
 PAGE = 4096
@@ -140,13 +141,31 @@ DAMAGE["snapshots-page-cells"] = _page_damage("pico_snapshots", "first", "cells"
 
 def _body_damage(sql: str, *params: Any) -> Callable[[Path, bytearray], bytes]:
     """Rewrite rows through sqlite3: every page stays valid, the stored body does not."""
+    return _rewrite(lambda conn: conn.execute(sql, params))
 
+
+def _deflate_damage(
+    event: str, damage: Callable[[bytes], bytes]
+) -> Callable[[Path, bytearray], bytes]:
+    """Damage the deflated body of the event at position ``event`` (SQL)."""
+
+    def change(conn: sqlite3.Connection) -> None:
+        position, state = conn.execute(
+            f"SELECT id, state FROM pico_events WHERE id = {event}"
+        ).fetchone()
+        assert state[0] == DEFLATE
+        conn.execute("UPDATE pico_events SET state = ? WHERE id = ?", (damage(state), position))
+
+    return _rewrite(change)
+
+
+def _rewrite(change: Callable[[sqlite3.Connection], Any]) -> Callable[[Path, bytearray], bytes]:
     def damage(src: Path, _data: bytearray) -> bytes:
         work = src.parent / "rewrite" / src.name
         work.parent.mkdir(exist_ok=True)
         shutil.copy(src, work)
         conn = sqlite3.connect(work)
-        conn.execute(sql, params)
+        change(conn)
         conn.commit()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
@@ -177,6 +196,13 @@ BODIES: dict[str, Callable[[Path, bytearray], bytes]] = {
     ),
     "conversation-event-not-json": _body_damage(
         f"UPDATE pico_events SET state = ? WHERE id = {_LAST_CONVERSATION_EVENT}", b"\x00\x01"
+    ),
+    "session-event-deflate-cut-short": _deflate_damage(_LAST_SESSION_EVENT, lambda b: b[:-4]),
+    "session-event-deflate-unknown-dictionary": _deflate_damage(
+        _LAST_SESSION_EVENT, lambda b: bytes((DEFLATE, 250)) + b[2:]
+    ),
+    "conversation-event-deflate-garbage": _deflate_damage(
+        _LAST_CONVERSATION_EVENT, lambda b: b[:2] + b"\xff" * 8
     ),
     "every-snapshot-not-json": _body_damage("UPDATE pico_snapshots SET state = ?", b"{"),
     "first-event-bad-utf8-text": _body_damage(

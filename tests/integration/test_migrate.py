@@ -18,6 +18,7 @@ import pico
 from pico.infrastructure.cli.migration import register
 from pico.infrastructure.migrate import migrate
 from tests.backends import Backend
+from tests.bodies import edit_bodies
 from tests.contract.test_event_versions import write_legacy
 from tests.contract.test_migrate_contract import (
     backend_in,
@@ -153,10 +154,7 @@ async def test_a_partial_copy_that_diverged_is_refused(tmp_path: Path) -> None:
     with pytest.raises(Interrupted):
         await migrate(src.url, target, session=src.session, progress=stop)
     with sqlite3.connect(path) as conn:  # the partial copy edited behind migrate's back
-        conn.execute(
-            "UPDATE pico_events SET state = "
-            "CAST(REPLACE(CAST(state AS TEXT), 'text', 'TEXT') AS BLOB)"
-        )
+        assert edit_bodies(conn, lambda body: body.replace(b"text", b"TEXT")) > 0
     with pytest.raises(pico.ConfigurationError, match="differs from the source"):
         await migrate(src.url, target, session=src.session)
 

@@ -24,8 +24,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 import pico
-from pico.infrastructure.sql import schema
+from pico.infrastructure.sql import bodies, schema
 from tests.backends import require_postgres
+from tests.bodies import store_as_json
 from tests.taskdefs import definitions
 
 HERE = Path(__file__).parent
@@ -110,6 +111,8 @@ async def _release1_database(
     with source.connect() as src, target.begin() as dst:
         for name in V1_TABLES:
             rows = [dict(r) for r in src.execute(schema.metadata.tables[name].select()).mappings()]
+            for row in rows if name in ("pico_events", "pico_snapshots") else ():
+                row["state"] = bodies.decode(row["state"])  # release 1 stored JSON
             if rows:
                 dst.execute(schema.metadata.tables[name].insert(), rows)
         if dialect == "postgresql":  # rows inserted with their ids: move the identity on
@@ -248,9 +251,11 @@ def _as_legacy(url: str, versions: int) -> None:
         schema.legacy_versions.create(conn)
         for v in range(1, versions + 1):
             conn.execute(schema.legacy_versions.insert().values(version=v, description=f"v{v}"))
-        # 0005 (leases) and 0006 (workers): no pre-Alembic layout had them.
+        # 0005 (leases) and 0006 (workers): no pre-Alembic layout had them; 0007: it
+        # stored JSON bodies.
         for table in ("pico_leases", "pico_work", "pico_inbox"):
             conn.execute(sa.text(f"DROP TABLE {table}"))
+        store_as_json(conn.connection.driver_connection)
         if versions >= 4:
             return
         conn.execute(sa.text("DROP INDEX pico_tasks_by_conversation"))
@@ -286,7 +291,7 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     _as_legacy(fresh_url, 4)
     assert _stamp(fresh_url) is None
     # Check: the stamp says 0004 and the log says why; the revisions after 0004 (0005
-    # leases, 0006 workers) are an ordinary upgrade, behind the opt-in.
+    # leases, 0006 workers, 0007 deflated bodies) are an ordinary upgrade, behind the opt-in.
     monkeypatch.setenv("PICO_UPGRADE_SCHEMA", "1")
     with caplog.at_level(logging.INFO, logger="pico.storage"):
         h = await pico.Harness.open(fresh_url, session="v4")
@@ -294,7 +299,7 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     c = await h.root()
     assert [e.content for e in (await c.entries()).items] == ["written before Alembic"]
     await h.close()
-    assert _stamp(fresh_url) == HEAD == "0006"
+    assert _stamp(fresh_url) == HEAD == "0007"
     assert _drift(fresh_url) == []
 
 
@@ -380,6 +385,64 @@ async def test_a_schema_newer_than_this_pico_is_refused_naming_its_revision(
         assert "0099" in str(refused.value)
         assert not isinstance(refused.value, pico.SchemaOutdatedError)
     assert _fingerprint(fresh_url) == before
+
+
+def _bodies(url: str) -> list[bytes]:
+    engine = _engine(url)
+    with engine.connect() as conn:
+        found = [bytes(r[0]) for r in conn.execute(sa.text("SELECT state FROM pico_events"))]
+    engine.dispose()
+    return found
+
+
+async def test_a_0006_database_upgrades_to_deflated_bodies_without_rewriting_its_json_rows(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = await pico.Harness.open(fresh_url, session="s")
+    await (await h.root()).append("user", "written by pico at 0006")
+    await h.close()
+    # What a pico at 0006 left: the same tables, JSON bodies, the stamp 0006.
+    engine = _engine(fresh_url)
+    with engine.begin() as conn:
+        store_as_json(conn.connection.driver_connection)
+        conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0006'"))
+    engine.dispose()
+    old = _bodies(fresh_url)
+    assert old and all(b.startswith(b"{") for b in old)
+    monkeypatch.delenv("PICO_UPGRADE_SCHEMA", raising=False)
+    with pytest.raises(pico.SchemaOutdatedError, match="revision 0006"):
+        await pico.Harness.open(fresh_url, session="s")
+    monkeypatch.setenv("PICO_UPGRADE_SCHEMA", "1")
+    h = await pico.Harness.open(fresh_url, session="s")
+    c = await h.root()
+    # Check: the upgrade rewrote no body; the old rows read as before, next to new ones.
+    assert _bodies(fresh_url)[: len(old)] == old
+    await c.append("assistant", "written by pico at 0007")
+    assert [e.content for e in (await c.entries()).items] == [
+        "written by pico at 0006",
+        "written by pico at 0007",
+    ]
+    await h.close()
+    new = _bodies(fresh_url)[len(old) :]
+    assert new and all(b[0] == bodies.DEFLATE for b in new)
+    assert _stamp(fresh_url) == HEAD == "0007" and _drift(fresh_url) == []
+    assert (await pico.verify(fresh_url, session="s")).ok
+
+
+async def test_a_pico_at_0006_refuses_deflated_bodies_as_newer_instead_of_calling_them_corrupt(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = await pico.Harness.open(fresh_url, session="s")
+    await (await h.root()).append("user", "deflated")
+    await h.close()
+    assert any(b[0] == bodies.DEFLATE for b in _bodies(fresh_url))
+    # The schema check of a pico whose newest revision is 0006.
+    monkeypatch.setattr(schema, "REVISIONS", schema.REVISIONS[: schema.REVISIONS.index("0007")])
+    for read_only in (False, True):
+        with pytest.raises(pico.ConfigurationError, match="Upgrade pico") as refused:
+            await pico.Harness.open(fresh_url, session="s", read_only=read_only)
+        assert "revision 0007" in str(refused.value)
+        assert not isinstance(refused.value, pico.StorageCorruptError)
 
 
 def test_an_invalid_opt_in_value_is_a_configuration_error(

@@ -1,0 +1,133 @@
+"""How the stored-body dictionaries of ``pico.infrastructure.sql.bodies`` were made (issue
+18, bytes on disk): from the real bodies of the seed's 2,000-turn workload.
+
+For each frequent topic, a dictionary is grown greedily from that topic's bodies: of 80
+candidate bodies, the one that shrinks a sample of 300 bodies most (deflated with the
+dictionary so far) is put in FRONT of it (deflate reaches the dictionary's end cheapest, so
+the most useful body goes last), until no candidate saves 0.5% more or the dictionary would
+outgrow the 2 KiB window (a dictionary longer than the window is cut to its last 2 KiB).
+The fallback, for every other topic, is grown the same way from a sample of every topic.
+Both use seeded random samples, so the same database gives the same dictionaries.
+
+    python -m benchmarks.body_dictionaries                  # runs the 2,000 turns first
+    python -m benchmarks.body_dictionaries --db turns.db    # a database of the workload
+
+Prints the ``DICTIONARIES`` entries to paste into ``bodies.py`` under NEW ids (a shipped
+dictionary is never edited: a stored body names its dictionary forever), and what every
+body of the database deflates to with them. A different run of the workload has other
+timestamps and ids, so it prints other bytes of much the same worth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sqlite3
+import tempfile
+import zlib
+from collections import defaultdict
+from pathlib import Path
+
+from pico.infrastructure.sql.bodies import decode
+
+#: Topics with at least this share of a workload's events get a dictionary of their own.
+OWN_SHARE = 0.02
+WBITS = 11
+LIMIT = 1 << WBITS
+
+
+def _deflated(dictionary: bytes, bodies: list[bytes]) -> int:
+    primed = zlib.compressobj(6, zlib.DEFLATED, -WBITS, 2, zdict=dictionary)  # as bodies.py
+    total = 0
+    for body in bodies:
+        c = primed.copy()
+        total += len(c.compress(body)) + len(c.flush())
+    return total
+
+
+def grow(bodies: list[bytes], seed: int = 1) -> bytes:
+    """A dictionary for ``bodies``: greedy, most useful body last."""
+    rnd = random.Random(seed)
+    sample = rnd.sample(bodies, min(300, len(bodies)))
+    candidates = rnd.sample(bodies, min(80, len(bodies)))
+    dictionary = b""
+    best = _deflated(dictionary, sample)
+    while True:
+        choice: tuple[int, bytes] | None = None
+        for body in candidates:
+            grown = body + dictionary
+            if len(grown) > LIMIT:
+                continue
+            size = _deflated(grown, sample)
+            if size < best * 0.995 and (choice is None or size < choice[0]):
+                choice = (size, grown)
+        if choice is None:
+            return dictionary
+        best, dictionary = choice
+
+
+def _entry(topic: str | None, data: bytes, width: int = 80) -> str:
+    """One ``Dictionary(...)`` of ``bodies.DICTIONARIES``, its id left for the editor."""
+    text = repr(data)[2:-1]
+    lines = []
+    while text:
+        cut = min(width, len(text))
+        while text[cut - 1] == "\\" and cut < len(text):  # never split an escape
+            cut += 1
+        lines.append(f"        b'{text[:cut]}'")
+        text = text[cut:]
+    return "\n".join(
+        [
+            "Dictionary(",
+            "    ID,",
+            f"    {topic!r},",
+            f"    {WBITS},",
+            "    (",
+            *lines,
+            "    ),",
+            "),",
+        ]
+    )
+
+
+def build(db: Path) -> str:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    by_topic: dict[str, list[bytes]] = defaultdict(list)
+    for topic, state in con.execute("SELECT topic, state FROM pico_events ORDER BY id"):
+        by_topic[topic].append(decode(bytes(state)))  # JSON, whichever form it is in
+    con.close()
+    events = sum(len(bodies) for bodies in by_topic.values())
+    total = sum(len(b) for bodies in by_topic.values() for b in bodies)
+    own = sorted(t for t, bodies in by_topic.items() if len(bodies) >= OWN_SHARE * events)
+    rnd = random.Random(2)
+    mixed = [b for bodies in by_topic.values() for b in rnd.sample(bodies, min(40, len(bodies)))]
+    dictionaries = {topic: grow(by_topic[topic]) for topic in own}
+    fallback = grow(mixed)
+    out = [f"# {len(own)} topics of their own, and the fallback (from {db.name})"]
+    for topic, data in [(None, fallback), *dictionaries.items()]:
+        out += [f"# {topic or 'fallback'}: {len(data)} bytes", _entry(topic, data)]
+    stored = sum(
+        _deflated(dictionaries.get(t, fallback), bodies) + 2 * len(bodies)
+        for t, bodies in by_topic.items()
+    )
+    out.append(f"# bodies {total / 2**20:.2f} MiB as JSON, {stored / 2**20:.2f} MiB deflated")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--db", type=Path, help="a SQLite database of the workload")
+    ap.add_argument("--turns", type=int, default=2000)
+    args = ap.parse_args()
+    db = args.db
+    if db is None:
+        from benchmarks.turns_bench import run
+
+        db = Path(tempfile.mkdtemp(prefix="pico-dictionaries-")) / "turns.db"
+        asyncio.run(run(f"sqlite:///{db}", args.turns, 16))
+    print(build(db))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Event bodies on SQLite and PostgreSQL are stored deflated (``infrastructure/sql/
+bodies.py``, schema revision 0007): the same bytes on both, JSON to everything that reads
+them through pico (``pico audit``), and a deflated body that does not inflate is reported
+by a read, ``pico verify`` and ``pico check`` at its position, like any damaged body."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.domain import DomainEvent
+
+import pico
+from pico.infrastructure.cli.app import app, run
+from pico.infrastructure.container import open_storage
+from pico.infrastructure.sql.bodies import DEFLATE
+from tests.backends import Backend, make_backend
+from tests.contract.test_stored_bodies import _clock, _stream, _tokens
+
+
+def _rows(backend: Backend, session: str, sql: str = "") -> list[tuple[Any, ...]]:
+    """``(id, originator_id, originator_version, topic, state)`` of the session's stored
+    events, as the database holds them (no pico in between)."""
+    query = (
+        "SELECT id, originator_id, originator_version, topic, state FROM pico_events "
+        f"WHERE session_id = {'?' if backend.name == 'sqlite' else '%s'} {sql} ORDER BY id"
+    )
+    if backend.name == "sqlite":
+        with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as conn:
+            return [(*r[:4], bytes(r[4])) for r in conn.execute(query, (session,))]
+    with psycopg.connect(backend.url) as pg:
+        return [(*r[:4], bytes(r[4])) for r in pg.execute(query, (session,)).fetchall()]
+
+
+def _write(backend: Backend, position: int, body: bytes) -> None:
+    if backend.name == "sqlite":
+        with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as conn:
+            conn.execute("UPDATE pico_events SET state = ? WHERE id = ?", (body, position))
+        return
+    with psycopg.connect(backend.url, autocommit=True) as pg:
+        pg.execute("UPDATE pico_events SET state = %s WHERE id = %s", (body, position))
+
+
+async def test_sqlite_and_postgresql_store_the_same_deflated_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = "deflated-" + uuid.uuid4().hex[:8]
+    stored = {}
+    for name in ("sqlite", "postgresql"):
+        backend = make_backend(name, tmp_path)
+        monkeypatch.setattr(DomainEvent, "create_timestamp", staticmethod(_clock()))
+        monkeypatch.setattr("pico.application.line.uuid.uuid4", _tokens())
+        decoded = await _stream(backend.url, session)
+        monkeypatch.undo()
+        raw = _rows(backend, session)
+        # Check: every body is deflated (none here is too small to shrink) ...
+        assert len(raw) == len(decoded) > 50
+        assert all(r[4][0] == DEFLATE for r in raw)
+        assert sum(len(r[4]) for r in raw) < sum(len(d[3]) for d in decoded) / 2
+        # ... and pico reads back the JSON the stream wrote.
+        assert all(d[3].startswith(b"{") for d in decoded)
+        stored[name] = [r[1:] for r in raw]
+    assert stored["sqlite"] == stored["postgresql"]
+
+
+def test_pico_audit_shows_the_json_of_deflated_bodies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = make_backend("sqlite", tmp_path)
+
+    async def write() -> None:
+        async with await backend.open() as h:
+            await (await h.root()).append("user", "Inspect the parser")
+
+    asyncio.run(write())  # the command runs its own event loop
+    raw = _rows(backend, backend.session)
+    assert not any(b"Inspect the parser" in r[4] for r in raw)  # deflated on disk
+    assert run(app, ["audit", backend.url, "--session", backend.session, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert '"event": "Conversation.EntryAppended"' in out
+    assert '"content": "Inspect the parser"' in out
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend(request.param, tmp_path)
+
+
+async def test_a_deflated_body_that_does_not_inflate_is_reported_at_its_position(
+    sql: Backend,
+) -> None:
+    async with await sql.open() as h:
+        c = await h.root()
+        await c.append("user", "Inspect the parser")
+        await c.append("assistant", "It recurses per token")
+        await c.append("user", "Use a loop")
+    rows = _rows(sql, sql.session, "AND topic LIKE '%%EntryAppended'")
+    position, state = rows[1][0], rows[1][4]
+    assert state[0] == DEFLATE
+    _write(sql, position, state[:-4])  # the deflate stream cut short
+
+    # Check: a read of the log names the event (never a zlib.error) ...
+    storage: Any = open_storage(sql.url, session=sql.session, durability=None, read_only=True)
+    try:
+        with pytest.raises(pico.StorageCorruptError, match=f"event {position} of session"):
+            list(storage.replay())
+    finally:
+        storage.close()
+    # ... verify lists it as a break at its position and goes on ...
+    report = await pico.verify(sql.url, session=sql.session)
+    assert not report.ok
+    undecodable = [b for b in report.breaks if "does not decode" in b.message]
+    assert [b.position for b in undecodable] == [position]
+    # ... and check finds it as a "decode" finding at its position.
+    checked = await pico.check(sql.url, session=sql.session)
+    decode = [f for f in checked.findings if f.kind == "decode"]
+    assert [f.position for f in decode] == [position]
+    assert f"position {position} (conversation/" in decode[0].message

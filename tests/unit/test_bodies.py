@@ -1,0 +1,146 @@
+"""The stored-body codec of the SQL backends (``pico.infrastructure.sql.bodies``): every
+topic round-trips, JSON bodies read unchanged, a damaged body is a ``BodyFormatError``
+(never a raw ``zlib.error``), and the shipped dictionaries never change."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from eventsourcing.domain import Aggregate
+from eventsourcing.utils import get_topic
+
+from pico.domain.conversation import Conversation
+from pico.domain.session import Session
+from pico.domain.task import Task
+from pico.infrastructure.sql import bodies
+from pico.infrastructure.sql.bodies import DEFLATE, BodyFormatError, decode, encode, readable
+
+#: id -> (topic, wbits, sha256 of the bytes). A stored body names its dictionary forever:
+#: a shipped dictionary is never edited, only added under a new id.
+PINNED = {
+    1: (None, 11, "89c6a2c5f8f50d871b8cd6db287aff08889d894c1e86321b47c9fc7242333c74"),
+    2: (
+        "pico.domain.conversation:Conversation.ContextAppended",
+        11,
+        "6b3b551ada459273001d959bfd97ccd5181ef2b99a7cbad51152289095b4a0cb",
+    ),
+    3: (
+        "pico.domain.conversation:Conversation.EntryAppended",
+        11,
+        "d41ccd092c0e34a0ad9614ddb6846102d182a04f8f6d38c4fed8cb60a8932f75",
+    ),
+    4: (
+        "pico.domain.session:Session.Committed",
+        11,
+        "da84eae918c7ca0baf0ed147e83fb7ab7a90a74e776415aab7fbe181cc961b0f",
+    ),
+    5: (
+        "pico.domain.session:Session.ValueSet",
+        11,
+        "a9df35b46906149583ce97b57ff5671e20f76ec09c8b2793e99b2dbf4836282d",
+    ),
+    6: (
+        "pico.domain.session:Session.WorkingScopeRetired",
+        11,
+        "ab709bc9963ddb9a3e46c85c8978c5f47be3107ce9b1210ebfa3d4d9da839d43",
+    ),
+    7: (
+        "pico.domain.task:Task.Created",
+        11,
+        "567bab0042ed22b1f396885fe9db03779b782cc7d80d79d5bd4ae92fbdf8f98f",
+    ),
+    8: (
+        "pico.domain.task:Task.Patched",
+        11,
+        "f5bdd22c3e5c871377a25c0505480423a5c276457f55815ef1b81c088c999d28",
+    ),
+}
+
+
+def _topics() -> list[str]:
+    """Every event type pico stores."""
+    found = []
+    for aggregate in (Session, Conversation, Task):
+        for value in vars(aggregate).values():
+            if isinstance(value, type) and issubclass(value, Aggregate.Event):
+                found.append(get_topic(value))
+    return found
+
+
+def _body(topic: str) -> bytes:
+    return json.dumps(
+        {
+            "timestamp": {"_type_": "datetime_iso", "_data_": "2027-02-01T09:30:00.000001+00:00"},
+            "seq": 41,
+            "what": topic,
+            "content": json.dumps({"text": "Inspect the parser ✓"}),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def test_the_shipped_dictionaries_are_never_edited() -> None:
+    shipped = {
+        i: (d.topic, d.wbits, hashlib.sha256(d.data).hexdigest())
+        for i, d in bodies.DICTIONARIES.items()
+    }
+    assert shipped == PINNED
+    # Each fits its window (deflate would use only the window's last bytes).
+    assert all(len(d.data) <= 1 << d.wbits for d in bodies.DICTIONARIES.values())
+
+
+@pytest.mark.parametrize("topic", [*_topics(), "someone.elses:Thing.Happened"])
+def test_every_topic_round_trips_deflated_with_its_own_dictionary_or_the_fallback(
+    topic: str,
+) -> None:
+    body = _body(topic)
+    stored = encode(topic, body)
+    assert stored[0] == DEFLATE and len(stored) < len(body)
+    assert stored[1] == bodies.ENCODE_WITH.get(topic, bodies.FALLBACK)
+    assert decode(stored) == body and readable(stored) == body
+    assert encode(topic, body) == stored  # deterministic: the copy starts where the last did
+
+
+def test_the_topics_of_the_2000_turn_workload_have_dictionaries_of_their_own() -> None:
+    assert set(bodies.ENCODE_WITH) <= set(_topics())
+    assert len(bodies.ENCODE_WITH) == 7 and bodies.FALLBACK == 1
+
+
+def test_a_json_body_reads_unchanged_and_one_deflate_cannot_shrink_stays_json() -> None:
+    old = b'{"timestamp":{"_type_":"datetime_iso","_data_":"2026-01-01T00:00:00+00:00"}}'
+    assert decode(old) is old and readable(old) == old
+    assert readable(memoryview(old)) == old  # PostgreSQL's bytea may come as a buffer
+    assert encode("pico.domain.task:Task.Patched", b"{}") == b"{}"
+
+
+def test_a_body_rewritten_as_text_reads_as_its_utf8_bytes() -> None:
+    assert readable('{"a":"ü"}') == '{"a":"ü"}'.encode()
+    assert readable("\udcff") == "\udcff".encode("utf-8", "surrogatepass")
+
+
+def _stored() -> bytes:
+    return encode("pico.domain.task:Task.Patched", _body("pico.domain.task:Task.Patched"))
+
+
+@pytest.mark.parametrize(
+    ("damaged", "says"),
+    [
+        (_stored()[:-3], "cut short"),
+        (_stored() + b"\x00\x01", "bytes after its deflate stream"),
+        (bytes((DEFLATE, 200)) + _stored()[2:], "dictionary 200, which this pico does not have"),
+        (bytes((DEFLATE, 3)) + b"\xff\xff\xff\xff", "does not inflate"),
+        (b"\x02" + _stored()[1:], "neither JSON nor a deflated body"),
+        (b"\x01", "neither JSON nor a deflated body"),
+        (b"", "neither JSON nor a deflated body"),
+    ],
+)
+def test_a_body_that_does_not_decode_says_why_and_reads_as_its_stored_bytes(
+    damaged: bytes, says: str
+) -> None:
+    with pytest.raises(BodyFormatError, match=says):
+        decode(damaged)
+    # What the recorder hands up: the bytes as stored, for the event codec to report at
+    # their position like any other damaged body.
+    assert readable(damaged) == damaged
