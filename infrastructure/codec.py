@@ -47,26 +47,22 @@ _RECORD_FIELDS = frozenset({"originator_id", "originator_version"})
 
 
 _new = object.__new__
-_set = object.__setattr__
 
 
 def stored_event(
     originator_id: UUID | str, originator_version: int, topic: str, state: bytes
 ) -> StoredEvent:
     """``StoredEvent(originator_id, originator_version, topic, state)`` without the frozen
-    dataclass ``__init__`` (an ``object.__setattr__`` per field: half its cost). Equal,
-    hashing and printing alike; every commit's events and boundary are made with it."""
+    dataclass ``__init__`` (an ``object.__setattr__`` per field: 0.63 against 1.05 us).
+    Equal, hashing and printing alike; every commit's events and boundary are made with
+    it. Filled key by key into the instance's own (key-sharing) dict: a new dict set as
+    ``__dict__`` took 280 bytes an event against 207, and the memory backend keeps them."""
     event = _new(StoredEvent)
-    _set(
-        event,
-        "__dict__",
-        {
-            "originator_id": originator_id,
-            "originator_version": originator_version,
-            "topic": topic,
-            "state": state,
-        },
-    )
+    fields = event.__dict__
+    fields["originator_id"] = originator_id
+    fields["originator_version"] = originator_version
+    fields["topic"] = topic
+    fields["state"] = state
     return event
 
 
