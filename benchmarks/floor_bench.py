@@ -87,7 +87,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in range(1, args.rounds + 1):
         normal = floor(args.turns, "NORMAL")
-        sq = pico(args.turns) if want & {"sqlite"} else None
+        sq = pico(args.turns) if "sqlite" in want else None
         mem = pico(args.turns, "--memory") if "memory" in want else None
         full = floor(args.turns, "FULL") if "fsync" in want else None
         fs = pico(args.turns, "--durability", "fsync") if "fsync" in want else None

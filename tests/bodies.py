@@ -13,6 +13,11 @@ from typing import Any
 from pico.infrastructure.sql import bodies
 
 
+def _mark(conn: Any) -> str:
+    """The connection's parameter mark: a sqlite3 or a psycopg connection."""
+    return "?" if isinstance(conn, sqlite3.Connection) else "%s"
+
+
 def reencoded(stored: Any, topic: str, edit: Callable[[bytes], bytes]) -> bytes:
     """The stored form of ``edit`` applied to the JSON of ``stored`` (an event of ``topic``)."""
     return bodies.encode(topic, edit(bodies.decode(bytes(stored))))
@@ -24,7 +29,7 @@ def edit_bodies(
     """Apply ``edit`` to the JSON of every ``pico_events`` row matching ``where`` (SQL in
     the connection's paramstyle: a sqlite3 or a psycopg connection) and store it encoded
     again. Returns how many bodies the edit changed (0: it found nothing to edit)."""
-    mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    mark = _mark(conn)
     rows = conn.execute(f"SELECT id, topic, state FROM pico_events WHERE {where}", params)
     changed = 0
     for position, topic, state in rows.fetchall():
@@ -42,7 +47,7 @@ def edit_bodies(
 def store_as_json(conn: Any) -> int:
     """Rewrite every event body as the JSON a pico before schema revision 0007 stored
     (for a database made to look older than this pico). Returns how many it rewrote."""
-    mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    mark = _mark(conn)
     rows = conn.execute("SELECT id, state FROM pico_events").fetchall()
     for position, state in rows:
         conn.execute(

@@ -77,13 +77,19 @@ async def test_a_loop_of_commands_lets_the_rest_of_the_process_run_between_them(
     beside = asyncio.ensure_future(other())
     await asyncio.sleep(0)  # it starts
     start = len(ticks)
+    seen: list[int] = []  # the other coroutine's ticks when each command returned
     for i in range(30):
         await c.append("user", f"in a loop {i}")
+        seen.append(len(ticks))
     done = True
     await beside
     # Check: the other coroutine ran at least once in every YIELD_EVERY commands.
     assert YIELD_EVERY <= 8
     assert len(ticks) - start >= 30 // YIELD_EVERY
+    # Check: never more than YIELD_EVERY commands in a row without it running.
+    runs = [n for n, (a, b) in enumerate(zip([start, *seen], seen, strict=False)) if b > a]
+    gaps = [b - a for a, b in zip([-1, *runs], runs, strict=False)]
+    assert runs and max(gaps) <= YIELD_EVERY and 30 - 1 - runs[-1] < YIELD_EVERY
     await h.close()
 
 
