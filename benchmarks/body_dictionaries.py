@@ -94,7 +94,10 @@ def _entry(topic: str | None, data: bytes, width: int = 80) -> str:
 def build(db: Path) -> str:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     by_topic: dict[str, list[bytes]] = defaultdict(list)
-    for topic, state in con.execute("SELECT topic, state FROM pico_events ORDER BY id"):
+    for topic, state in con.execute(
+        "SELECT p.topic, e.state FROM pico_events e "
+        "JOIN pico_topics p ON p.id = e.topic_id ORDER BY e.id"
+    ):
         by_topic[topic].append(decode(bytes(state)))  # JSON, whichever form it is in
     con.close()
     events = sum(len(bodies) for bodies in by_topic.values())

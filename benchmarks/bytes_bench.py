@@ -77,13 +77,18 @@ def report(db: Path, turns: int) -> str:
         lines.append(f"| {name} | {_mib(size)} | {_mib(payload)} | {rows} |")
     lines += ["", "| event topic | events | body MiB | mean body bytes |", "|---|---|---|---|"]
     for topic, n, body in con.execute(
-        "SELECT topic, count(*), sum(length(state)) FROM pico_events GROUP BY topic ORDER BY 3 DESC"
+        "SELECT p.topic, count(*), sum(length(e.state)) FROM pico_events e "
+        "JOIN pico_topics p ON p.id = e.topic_id GROUP BY p.topic ORDER BY 3 DESC"
     ):
         if n >= turns // 10:
             lines.append(f"| {topic.rsplit(':', 1)[-1]} | {n:,} | {_mib(body)} | {body / n:.0f} |")
-    n, bodies, topics, oids, sessions = con.execute(
-        "SELECT count(*), sum(length(state)), sum(length(topic)), sum(length(originator_id)), "
-        "sum(length(session_id)) FROM pico_events"
+    n, bodies, sessions = con.execute(
+        "SELECT count(*), sum(length(state)), sum(length(session_id)) FROM pico_events"
+    ).fetchone()
+    # What the numbered columns (revision 0008) would hold as text: the topic and stream id.
+    topics, oids = con.execute(
+        "SELECT sum(length(p.topic)), sum(length(s.originator_id)) FROM pico_events e "
+        "JOIN pico_topics p ON p.id = e.topic_id JOIN pico_streams s ON s.id = e.stream_id"
     ).fetchone()
     stamp = escapes = plain = 0
     for (stored,) in con.execute("SELECT state FROM pico_events"):
@@ -105,9 +110,9 @@ def report(db: Path, turns: int) -> str:
         f"| timestamp wrapper (`{STAMP_OPEN.decode()}...}}` around the ISO text) | {_mib(stamp)} |",
         f"| backslashes in bodies, at most what JSON-in-JSON costs (state, content, metadata "
         f"as strings; text's own escapes stay) | {_mib(escapes)} |",
-        f"| topic column (full `module:Class.Event` per row) | {_mib(topics)} |",
-        f"| stream id as 32 hex characters (16 bytes as a blob; again in the stream index) | "
-        f"{_mib(oids - 16 * n)} |",
+        f"| topic as text in every row (numbered since revision 0008) | {_mib(topics)} |",
+        f"| stream id as 32 hex characters in every row (numbered since revision 0008) | "
+        f"{_mib(oids)} |",
         f"| session id column | {_mib(sessions)} |",
         f"| entry text in pico_entries (also in its event) | {_mib(entry_text)} |",
         f"| task state in pico_tasks (also in its events) | {_mib(task_state)} |",

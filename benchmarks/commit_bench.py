@@ -66,6 +66,21 @@ def sqlite_floor(path: Path, n: int, synchronous: str) -> float:
         "prefix_revision) VALUES (?, 1, 1, 0, 0)",
         (sid,),
     )
+    # The two streams and three topics, numbered as pico numbers them (revision 0008).
+    cur.executemany(
+        "INSERT INTO pico_streams (originator_id) VALUES (?)", [("c" * 32,), ("s" * 32,)]
+    )
+    cur.executemany(
+        "INSERT INTO pico_topics (topic) VALUES (?)",
+        [
+            (f"pico.domain.{name}",)
+            for name in (
+                "conversation:Conversation.EntryAppended",
+                "conversation:Conversation.ContextAppended",
+                "session:Session.Committed",
+            )
+        ],
+    )
     blob = json.dumps(
         {
             "conversation_id": 1,
@@ -84,8 +99,9 @@ def sqlite_floor(path: Path, n: int, synchronous: str) -> float:
         entry, edit, last = seq + 1, seq + 2, seq + 2
         cur.execute("BEGIN IMMEDIATE")
         cur.executemany(
-            "INSERT INTO pico_events (session_id, originator_id, originator_version, topic, "
-            "state) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO pico_events (session_id, stream_id, originator_version, topic_id, "
+            "state) VALUES (?, (SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
+            "(SELECT id FROM pico_topics WHERE topic = ?), ?)",
             [
                 (
                     sid,

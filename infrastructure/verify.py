@@ -47,6 +47,7 @@ from pico.infrastructure.memory import MemoryDatabase, named_database
 from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.bodies import readable
+from pico.infrastructure.sql.recorder import event_from_row
 from pico.infrastructure.sql.store import SqlProjectionWriter, read_only_connector
 from pico.infrastructure.storage import BATCH_END, aggregate_name, make_mapper
 from pico.projections.memory import MemoryReadStore
@@ -411,15 +412,16 @@ def session_events(
     ev = t.events.c
     # Per statement: a connection's execution_options change the connection itself.
     rows = conn.execute(
-        sa.select(ev.id, ev.originator_id, ev.originator_version, ev.topic, ev.state)
+        sa.select(*t.event_columns)
+        .select_from(t.event_log)
         .where(ev.session_id == session, ev.id > after)
         .order_by(ev.id)
         .execution_options(yield_per=1000)
     )
     for r in rows:
-        # Inflated; one that does not inflate (or was rewritten as TEXT) is the codec's
-        # finding, at its position.
-        yield r[0], StoredEvent(UUID(r[1]), r[2], r[3], readable(r[4]))
+        # Inflated; one that does not inflate (or was rewritten as TEXT), or whose stream
+        # or topic number names no row, is the codec's finding, at its position.
+        yield event_from_row(r)
 
 
 def _check_snapshots(conn: Connection, replay: EventReplay) -> None:

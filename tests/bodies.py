@@ -28,9 +28,15 @@ def edit_bodies(
 ) -> int:
     """Apply ``edit`` to the JSON of every ``pico_events`` row matching ``where`` (SQL in
     the connection's paramstyle: a sqlite3 or a psycopg connection) and store it encoded
-    again. Returns how many bodies the edit changed (0: it found nothing to edit)."""
+    again. Returns how many bodies the edit changed (0: it found nothing to edit). An event
+    row names its topic by number (``pico_topics``, schema revision 0008): ``where`` filters
+    by topic as ``topic_id IN (SELECT id FROM pico_topics WHERE topic LIKE ...)``."""
     mark = _mark(conn)
-    rows = conn.execute(f"SELECT id, topic, state FROM pico_events WHERE {where}", params)
+    rows = conn.execute(
+        "SELECT id, (SELECT topic FROM pico_topics WHERE pico_topics.id = pico_events.topic_id),"
+        f" state FROM pico_events WHERE {where}",
+        params,
+    )
     changed = 0
     for position, topic, state in rows.fetchall():
         body = bodies.decode(bytes(state))

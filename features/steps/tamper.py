@@ -76,8 +76,13 @@ def _tamper(world: World, name: str, *, remove: bool) -> None:
     engine = _engine(world)
     try:
         with engine.connect() as conn:
+            # The event row names its topic by number (pico_topics, schema revision 0008).
             topic, state = conn.execute(
-                sa.text("SELECT topic, state FROM pico_events WHERE id = :id"), {"id": position}
+                sa.text(
+                    "SELECT t.topic, e.state FROM pico_events e "
+                    "JOIN pico_topics t ON t.id = e.topic_id WHERE e.id = :id"
+                ),
+                {"id": position},
             ).one()
     finally:
         engine.dispose()

@@ -384,9 +384,11 @@ class SqlReadStore:
 
     def last_base_edit(self, conversation_id: int, position: int) -> EditRow | None:
         row = self._one(
+            # ``base`` as the partial index's own predicate (a ``base = ?`` would not
+            # prove it, so the index could not be used).
             self._EDIT + "WHERE session_id = ? AND conversation_id = ? AND "
-            "base = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
-            (self.sid, conversation_id, True, position),
+            "base AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (self.sid, conversation_id, position),
         )
         return None if row is None else self._edit(row)
 

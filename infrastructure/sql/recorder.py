@@ -78,6 +78,12 @@ class SqlRecorder(AggregateRecorder):
         #: as of its last committed transaction (None: an empty context): the owner is the
         #: session's only writer, so an append needs no read of it (``_LAST_POSITION``).
         self._lasts: dict[tuple[str, int], int | None] = {}
+        #: Stream ids (hex) and topics known to be rows of ``pico_streams`` and
+        #: ``pico_topics`` (committed: a topic has a ``:``, a stream id none); in
+        #: ``_unconfirmed``, those this writer added in a batch not known to be committed
+        #: yet (``_confirm``). A batch adds the stream and topic rows its events lack.
+        self._known: set[str] = set()
+        self._unconfirmed: set[str] = set()
 
     @property
     def writer(self) -> RawWriter:
@@ -88,19 +94,21 @@ class SqlRecorder(AggregateRecorder):
     ) -> Sequence[int] | None:
         session_id: str = kwargs.get("session_id", "")
         ops: Sequence[RowOp] = kwargs.get("ops", ())
+        new_streams: list[tuple[str]] = []
+        new_topics: list[tuple[str]] = []
         if self.is_events:
             sql = self._writer.sql(_INSERT_EVENT)
             encode = bodies.encode  # deflated with the topic's dictionary (bodies.py)
-            rows: list[tuple[Any, ...]] = [
-                (
-                    session_id,
-                    _hex(e.originator_id),
-                    e.originator_version,
-                    e.topic,
-                    encode(e.topic, e.state),
-                )
-                for e in stored_events
-            ]
+            rows: list[tuple[Any, ...]] = []
+            known = self._known
+            for e in stored_events:
+                oid = _hex(e.originator_id)
+                topic = e.topic
+                if oid not in known and (oid,) not in new_streams:
+                    new_streams.append((oid,))
+                if topic not in known and (topic,) not in new_topics:
+                    new_topics.append((topic,))
+                rows.append((session_id, oid, e.originator_version, topic, encode(topic, e.state)))
         else:
             sql = self._writer.sql(_INSERT_SNAPSHOT)
             rows = [
@@ -109,6 +117,12 @@ class SqlRecorder(AggregateRecorder):
             ]
 
         def write(cur: Any) -> None:
+            # Idempotent (a topic another writer added, a stale writer's duplicate first
+            # event: its event row then conflicts, as before the numbering).
+            if new_topics:
+                cur.executemany(self._writer.sql(_ADD_TOPIC[self.db.dialect]), new_topics)
+            if new_streams:
+                cur.executemany(self._writer.sql(_ADD_STREAM[self.db.dialect]), new_streams)
             if rows:
                 cur.executemany(sql, rows)
             if not self.is_events:
@@ -125,15 +139,33 @@ class SqlRecorder(AggregateRecorder):
         projection = SqlProjectionWriter(
             None, self._writer.sql, session_id, self.db.dialect, lasts=self._lasts
         )
+        defer = bool(kwargs.get("defer"))
         try:
-            self._writer.transaction(write, defer=bool(kwargs.get("defer")))
+            self._writer.transaction(write, defer=defer)
         except BaseException:
             # What the failed transaction read or wrote is not the database's: forget all
             # (a rolled-back deferred batch took earlier commands' appends with it).
             self._lasts.clear()
+            self._unconfirmed.clear()
             raise
         projection.settle()
+        self._unconfirmed.update(t for (t,) in new_topics)
+        self._unconfirmed.update(o for (o,) in new_streams)
+        if not defer:
+            self._confirm()
         return None
+
+    def _confirm(self) -> None:
+        """Everything this writer wrote is committed: the streams and topics it numbered
+        are rows for good (neither is ever deleted), so later batches need not add them.
+        Until then (a deferred batch may yet roll back) each batch adds them again,
+        idempotently. Bounded: past ``_KNOWN_LIMIT`` the writer starts over, and a stream
+        it no longer knows costs one idempotent insert."""
+        if self._unconfirmed:
+            if len(self._known) + len(self._unconfirmed) > _KNOWN_LIMIT:
+                self._known.clear()
+            self._known.update(self._unconfirmed)
+            self._unconfirmed.clear()
 
     def _channel(self, session_id: str) -> str:
         channel = self._channels.get(session_id)
@@ -162,15 +194,24 @@ class SqlRecorder(AggregateRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        c = self.table.c
-        q = sa.select(c.originator_id, c.originator_version, c.topic, c.state).where(
-            c.originator_id == _hex(originator_id)
-        )
+        if self.is_events:
+            c_version = t.events.c.originator_version
+            q = (
+                sa.select(*t.event_columns)
+                .select_from(t.event_log)
+                .where(t.streams.c.originator_id == _hex(originator_id))
+            )
+        else:
+            s = self.table.c
+            c_version = s.originator_version
+            q = sa.select(s.originator_id, c_version, s.topic, s.state).where(
+                s.originator_id == _hex(originator_id)
+            )
         if gt is not None:
-            q = q.where(c.originator_version > gt)
+            q = q.where(c_version > gt)
         if lte is not None:
-            q = q.where(c.originator_version <= lte)
-        q = q.order_by(c.originator_version.desc() if desc else c.originator_version)
+            q = q.where(c_version <= lte)
+        q = q.order_by(c_version.desc() if desc else c_version)
         if limit is not None:
             q = q.limit(limit)
         if self._writer.pending:  # the loader must see every command this session ran
@@ -179,6 +220,8 @@ class SqlRecorder(AggregateRecorder):
             self.db.translating(f"reading the events of stream {_hex(originator_id)}"),
             self.db.loader.connect() as conn,
         ):
+            if self.is_events:
+                return [event_from_row(r)[1] for r in conn.execute(q)]
             return [StoredEvent(UUID(r[0]), r[1], r[2], _body(r[3])) for r in conn.execute(q)]
 
     def select_session_events(
@@ -186,7 +229,8 @@ class SqlRecorder(AggregateRecorder):
     ) -> list[tuple[int, StoredEvent]]:
         c = t.events.c
         q = (
-            sa.select(c.id, c.originator_id, c.originator_version, c.topic, c.state)
+            sa.select(*t.event_columns)
+            .select_from(t.event_log)
             .where(c.session_id == session_id, c.id > after)
             .order_by(c.id)
             .limit(limit)
@@ -195,9 +239,7 @@ class SqlRecorder(AggregateRecorder):
             self._writer.flush()
         doing = f"reading the events of session {session_id!r} after position {after}"
         with self.db.translating(doing), self.db.loader.connect() as conn:
-            return [
-                (r[0], StoredEvent(UUID(r[1]), r[2], r[3], _body(r[4]))) for r in conn.execute(q)
-            ]
+            return [event_from_row(r) for r in conn.execute(q)]
 
     def last_session_position(self, session_id: str) -> int:
         """The position of the session's newest stored event (0: none): one index seek."""
@@ -219,7 +261,12 @@ class SqlRecorder(AggregateRecorder):
             return int(conn.execute(q).scalar_one())
 
     def flush(self) -> None:
-        self._writer.flush()
+        try:
+            self._writer.flush()
+        except BaseException:
+            self._unconfirmed.clear()
+            raise
+        self._confirm()
 
     def abandon(self, reason: str) -> None:
         self._writer.abandon(reason)
@@ -240,10 +287,23 @@ def _hex(value: UUID | str) -> str:
     return value.hex if isinstance(value, UUID) else UUID(value).hex
 
 
+# The stream and the topic by number (schema.event_log): each a unique-index probe of a
+# small, hot table, in the statement, so a command needs no round trip to learn them.
 _INSERT_EVENT = (
-    "INSERT INTO pico_events (session_id, originator_id, originator_version, "
-    "topic, state) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO pico_events (session_id, stream_id, originator_version, topic_id, state) "
+    "VALUES (?, (SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
+    "(SELECT id FROM pico_topics WHERE topic = ?), ?)"
 )
+#: How many stream ids and topics a writer remembers as numbered (``_confirm``).
+_KNOWN_LIMIT = 4096
+_ADD_STREAM = {
+    "sqlite": "INSERT OR IGNORE INTO pico_streams (originator_id) VALUES (?)",
+    "postgresql": ("INSERT INTO pico_streams (originator_id) VALUES (?) ON CONFLICT DO NOTHING"),
+}
+_ADD_TOPIC = {
+    "sqlite": "INSERT OR IGNORE INTO pico_topics (topic) VALUES (?)",
+    "postgresql": "INSERT INTO pico_topics (topic) VALUES (?) ON CONFLICT DO NOTHING",
+}
 _INSERT_SNAPSHOT = (
     "INSERT INTO pico_snapshots (originator_id, originator_version, topic, "
     "state) VALUES (?, ?, ?, ?)"
@@ -609,6 +669,25 @@ class SqlProjectionWriter:
         # Whether a suffix was retained is not known here: the next append reads.
         self._changed.pop(cid, None)
         self._forgotten.add(cid)
+
+
+#: What an event row whose stream number names no ``pico_streams`` row reads as: the nil
+#: stream, which no aggregate has, so the load or check that meets it reports it.
+MISSING_STREAM = UUID(int=0)
+
+
+def event_from_row(row: Any) -> tuple[int, StoredEvent]:
+    """An ``event_columns`` row as (position, stored event) with its JSON body. A stream or
+    topic number that names no row (a table edited behind pico's back) reads as the nil
+    stream or as a topic that says so, which the event codec reports at the position
+    (``StorageCorruptError`` on a load; ``pico check``/``verify`` list it)."""
+    position, oid, version, topic, state, stream_no, topic_no = row
+    if topic is None:
+        topic = f"pico:missing-topic#{topic_no}"
+    stream = MISSING_STREAM if oid is None else UUID(oid)
+    if oid is None:
+        log.error("event %d names stream number %s, which pico_streams lacks", position, stream_no)
+    return position, StoredEvent(stream, version, topic, _body(state))
 
 
 def _body(value: Any) -> bytes:

@@ -68,17 +68,54 @@ metadata = MetaData()
 # SQLite's rowid alias must be INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
 _Id = BigInteger().with_variant(Integer(), "sqlite")
 
+# An event row names its stream and its topic by number (revision 0008): the 32-character
+# stream id and the ~40-character topic were most of every row and, as random UUID keys,
+# scattered each command's writes over the stream index. ``event_log`` joins them back.
+topics = Table(
+    "pico_topics",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("topic", Text, nullable=False),
+    UniqueConstraint("topic", name="pico_topics_topic"),
+)
+
+streams = Table(
+    "pico_streams",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("originator_id", String(32), nullable=False),
+    UniqueConstraint("originator_id", name="pico_streams_originator"),
+)
+
 events = Table(
     "pico_events",
     metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
     Column("session_id", String(200), nullable=False),
-    Column("originator_id", String(32), nullable=False),
+    Column("stream_id", BigInteger, nullable=False),
     Column("originator_version", Integer, nullable=False),
-    Column("topic", Text, nullable=False),
+    Column("topic_id", BigInteger, nullable=False),
     Column("state", LargeBinary, nullable=False),
-    UniqueConstraint("originator_id", "originator_version", name="pico_events_stream"),
+    UniqueConstraint("stream_id", "originator_version", name="pico_events_stream"),
     Index("pico_events_session", "session_id", "id"),
+)
+
+#: The stored events as the recorder reads them: ``event_columns`` over ``event_log``.
+#: Outer joins: an event whose stream or topic number names no row is still read, and
+#: reported at its position (``recorder.event_from_row``), never silently skipped.
+event_log = events.outerjoin(streams, streams.c.id == events.c.stream_id).outerjoin(
+    topics, topics.c.id == events.c.topic_id
+)
+#: (position, stream id as hex, version, topic, body, stream number, topic number) of
+#: an ``event_log`` row.
+event_columns = (
+    events.c.id,
+    streams.c.originator_id,
+    events.c.originator_version,
+    topics.c.topic,
+    events.c.state,
+    events.c.stream_id,
+    events.c.topic_id,
 )
 
 snapshots = Table(
@@ -142,7 +179,17 @@ entries = Table(
     Column("commit_end", BigInteger, nullable=False),
     Index("pico_entries_conversation", "session_id", "conversation_id", "id"),
     Index("pico_entries_kind", "session_id", "conversation_id", "kind", "id"),
-    Index("pico_entries_key", "session_id", "conversation_id", "key", "id"),
+    # Only keyed entries (0008): most entries have no key, and a lookup by key (``key =
+    # ?``, which implies NOT NULL) never needs the others.
+    Index(
+        "pico_entries_key",
+        "session_id",
+        "conversation_id",
+        "key",
+        "id",
+        sqlite_where=text("key IS NOT NULL"),
+        postgresql_where=text("key IS NOT NULL"),
+    ),
 )
 
 context_elements = Table(
@@ -165,7 +212,16 @@ context_edits = Table(
     Column("ids", Text, nullable=False),
     Column("removed", Integer, nullable=False),
     Column("revision", Integer, nullable=False),
-    Index("pico_context_edits_base", "session_id", "conversation_id", "base", "seq"),
+    # Only the base edits (0008: create, reset, replace), which a historical read starts
+    # from; appends, one per context change, are read by range of the primary key.
+    Index(
+        "pico_context_edits_base",
+        "session_id",
+        "conversation_id",
+        "seq",
+        sqlite_where=text("base"),
+        postgresql_where=text("base"),
+    ),
 )
 
 # -- v2: scoped state (§4, §7.6)
@@ -318,7 +374,7 @@ VERSION_TABLE = "pico_alembic_version"
 #: Every revision, oldest first; the last is head. Opening a database compares against
 #: this list without importing Alembic; a test proves it equals the scripts' history, so
 #: a revision added without extending it fails CI.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008")
 
 # The version table exactly as Alembic creates it (``alembic stamp``), written by pico
 # itself when it creates or adopts a database, so that a fresh open needs no Alembic.

@@ -471,7 +471,9 @@ _PREPARED_PARAMS = 8
 _READ_PREPARED = 200
 _PREPARED_ROWS = 8
 _MULTI_ROW: dict[str, tuple[str, str] | None] = {}
-_PLAIN_INSERT = re.compile(r"(INSERT INTO [^;]+? VALUES )(\([^()]*\))", re.S)
+# The row may hold scalar subqueries (one level of parentheses: the event's stream and
+# topic numbers, recorder.py ``_INSERT_EVENT``).
+_PLAIN_INSERT = re.compile(r"(INSERT INTO [^;]+? VALUES )(\((?:[^()]|\([^()]*\))*\))", re.S)
 
 
 def _multi_row(statement: str) -> tuple[str, str] | None:

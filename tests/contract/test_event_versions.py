@@ -440,7 +440,7 @@ async def test_an_anchored_legacy_event_edited_later_breaks_at_the_anchor(tmp_pa
         edited = edit_bodies(
             db,
             lambda body: body.replace(b"per token", b"per tok3n"),
-            where="topic LIKE '%EntryAppended'",
+            where="topic_id IN (SELECT id FROM pico_topics WHERE topic LIKE '%EntryAppended')",
         )
         assert edited > 0
     db.close()

@@ -234,7 +234,8 @@ def test_a_session_whose_conversation_no_longer_loads_is_still_exported(
     con = sqlite3.connect(db)
     with con:  # the root conversation's second event: its stream now has a gap
         (position,) = con.execute(
-            "SELECT id FROM pico_events WHERE topic LIKE '%Conversation.EntryAppended' "
+            "SELECT id FROM pico_events WHERE topic_id IN (SELECT id FROM pico_topics "
+            "WHERE topic LIKE '%Conversation.EntryAppended') "
             "ORDER BY id LIMIT 1"
         ).fetchone()
         con.execute("DELETE FROM pico_events WHERE id = ?", (position,))

@@ -143,7 +143,8 @@ async def test_a_deleted_event_row_is_a_version_gap(tmp_path: Path) -> None:
     path, url = await _sqlite_session(tmp_path)
     with _tamper(path) as conn:
         (position,) = conn.execute(
-            "SELECT id FROM pico_events WHERE topic LIKE '%Conversation.EntryAppended' "
+            "SELECT id FROM pico_events WHERE topic_id IN (SELECT id FROM pico_topics "
+            "WHERE topic LIKE '%Conversation.EntryAppended') "
             "ORDER BY id LIMIT 1 OFFSET 1"
         ).fetchone()
         conn.execute("DELETE FROM pico_events WHERE id = ?", (position,))
@@ -174,7 +175,10 @@ async def test_an_event_body_changed_to_other_valid_json_is_a_read_model_differe
         edited = edit_bodies(
             conn,
             lambda body: body.replace(b"Inspect the parser", b"Delete the parser"),
-            where="topic LIKE '%Conversation.EntryAppended'",
+            where=(
+                "topic_id IN (SELECT id FROM pico_topics "
+                "WHERE topic LIKE '%Conversation.EntryAppended')"
+            ),
         )
         assert edited > 0
     before = _sha(path)
@@ -193,7 +197,8 @@ async def test_an_event_body_that_does_not_decode_names_its_position_and_aggrega
     path, url = await _sqlite_session(tmp_path)
     with _tamper(path) as conn:
         (position,) = conn.execute(
-            "SELECT id FROM pico_events WHERE topic LIKE '%Conversation.EntryAppended' "
+            "SELECT id FROM pico_events WHERE topic_id IN (SELECT id FROM pico_topics "
+            "WHERE topic LIKE '%Conversation.EntryAppended') "
             "ORDER BY id DESC LIMIT 1"
         ).fetchone()
         conn.execute("UPDATE pico_events SET state = x'7b7b' WHERE id = ?", (position,))
@@ -290,7 +295,8 @@ async def test_damage_is_found_on_every_sql_backend(sql_backend: Backend) -> Non
     _execute(
         sql_backend,
         "DELETE FROM pico_events WHERE session_id = :sid AND id = (SELECT min(id) FROM "
-        "pico_events WHERE session_id = :sid AND topic LIKE '%ContextAppended')",
+        "pico_events WHERE session_id = :sid AND topic_id IN (SELECT id FROM pico_topics "
+        "WHERE topic LIKE '%ContextAppended'))",
     )
     report = await pico.check(sql_backend.url, session=sql_backend.session)
     assert "versions" in _kinds(report)

@@ -172,7 +172,7 @@ async def test_a_corrupt_event_is_reported_not_folded(tmp_path: Path) -> None:
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "UPDATE pico_events SET state = x'7b6e6f74206a736f6e' "
-            "WHERE topic LIKE '%Session.Claimed%'"
+            "WHERE topic_id IN (SELECT id FROM pico_topics WHERE topic LIKE '%Session.Claimed%')"
         )
     engine.dispose()
     with pytest.raises(pico.StorageCorruptError, match="could not be reconstructed"):

@@ -159,6 +159,20 @@ def _deflate_damage(
     return _rewrite(change)
 
 
+def _topic_damage(event: str, topic: str | bytes) -> Callable[[Path, bytearray], bytes]:
+    """Point the event at position ``event`` (SQL) at a new ``pico_topics`` row holding
+    ``topic`` (bytes: stored as TEXT as they are, which need not be UTF-8)."""
+
+    def change(conn: sqlite3.Connection) -> None:
+        added = conn.execute("INSERT INTO pico_topics (topic) VALUES (CAST(? AS TEXT))", (topic,))
+        updated = conn.execute(
+            f"UPDATE pico_events SET topic_id = ? WHERE id = {event}", (added.lastrowid,)
+        )
+        assert updated.rowcount == 1
+
+    return _rewrite(change)
+
+
 def _rewrite(change: Callable[[sqlite3.Connection], Any]) -> Callable[[Path, bytearray], bytes]:
     def damage(src: Path, _data: bytearray) -> bytes:
         work = src.parent / "rewrite" / src.name
@@ -177,10 +191,14 @@ def _rewrite(change: Callable[[sqlite3.Connection], Any]) -> Callable[[Path, byt
 
 
 _LAST_SESSION_EVENT = (
-    "(SELECT max(id) FROM pico_events WHERE topic LIKE '%Session.%' "
-    "AND originator_id = (SELECT originator_id FROM pico_events WHERE id = 1))"
+    "(SELECT max(id) FROM pico_events "
+    "WHERE topic_id IN (SELECT id FROM pico_topics WHERE topic LIKE '%Session.%') "
+    "AND stream_id = (SELECT stream_id FROM pico_events WHERE id = 1))"
 )
-_LAST_CONVERSATION_EVENT = "(SELECT max(id) FROM pico_events WHERE topic LIKE '%Conversation.%')"
+_LAST_CONVERSATION_EVENT = (
+    "(SELECT max(id) FROM pico_events "
+    "WHERE topic_id IN (SELECT id FROM pico_topics WHERE topic LIKE '%Conversation.%'))"
+)
 BODIES: dict[str, Callable[[Path, bytearray], bytes]] = {
     "session-event-not-json": _body_damage(
         f"UPDATE pico_events SET state = ? WHERE id = {_LAST_SESSION_EVENT}", b"{not json"
@@ -191,9 +209,7 @@ BODIES: dict[str, Callable[[Path, bytearray], bytes]] = {
     "session-event-wrong-fields": _body_damage(
         f"UPDATE pico_events SET state = ? WHERE id = {_LAST_SESSION_EVENT}", b'{"x": 1}'
     ),
-    "session-event-unknown-topic": _body_damage(
-        f"UPDATE pico_events SET topic = ? WHERE id = {_LAST_SESSION_EVENT}", "nowhere:Gone"
-    ),
+    "session-event-unknown-topic": _topic_damage(_LAST_SESSION_EVENT, "nowhere:Gone"),
     "conversation-event-not-json": _body_damage(
         f"UPDATE pico_events SET state = ? WHERE id = {_LAST_CONVERSATION_EVENT}", b"\x00\x01"
     ),
@@ -205,9 +221,7 @@ BODIES: dict[str, Callable[[Path, bytearray], bytes]] = {
         _LAST_CONVERSATION_EVENT, lambda b: b[:2] + b"\xff" * 8
     ),
     "every-snapshot-not-json": _body_damage("UPDATE pico_snapshots SET state = ?", b"{"),
-    "first-event-bad-utf8-text": _body_damage(
-        "UPDATE pico_events SET topic = CAST(? AS TEXT) WHERE id = 1", b"\xff\xfe\xfd"
-    ),
+    "first-event-bad-utf8-text": _topic_damage("1", b"\xff\xfe\xfd"),
     "entry-content-bad-utf8": _body_damage(
         "UPDATE pico_entries SET content = CAST(? AS TEXT)", b"\xc3\x28"
     ),

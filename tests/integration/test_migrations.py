@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -85,6 +86,26 @@ def run_script(url: str, script: str) -> None:
 
 
 OLD_MESSAGES = ("written by the old release", "an answer")
+#: pico_events as release 1 (to 0007) stored it: the stream id and topic in each row.
+RELEASE1_EVENTS = sa.Table(
+    "pico_events",
+    sa.MetaData(),
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("session_id", sa.String(200)),
+    sa.Column("originator_id", sa.String(32)),
+    sa.Column("originator_version", sa.Integer),
+    sa.Column("topic", sa.Text),
+    sa.Column("state", sa.LargeBinary),
+)
+#: A current database's events in that form (``schema.event_log`` joins the numbers back).
+EVENT_ROW = (
+    schema.events.c.id,
+    schema.events.c.session_id,
+    schema.streams.c.originator_id,
+    schema.events.c.originator_version,
+    schema.topics.c.topic,
+    schema.events.c.state,
+)
 
 
 async def _written_session(tmp_path: Path, messages: tuple[str, ...]) -> Path:
@@ -110,11 +131,17 @@ async def _release1_database(
     target = _engine(url)
     with source.connect() as src, target.begin() as dst:
         for name in V1_TABLES:
-            rows = [dict(r) for r in src.execute(schema.metadata.tables[name].select()).mappings()]
+            table = RELEASE1_EVENTS if name == "pico_events" else schema.metadata.tables[name]
+            query = (
+                sa.select(*EVENT_ROW).select_from(schema.event_log)
+                if name == "pico_events"
+                else table.select()
+            )
+            rows = [dict(r) for r in src.execute(query).mappings()]
             for row in rows if name in ("pico_events", "pico_snapshots") else ():
                 row["state"] = bodies.decode(row["state"])  # release 1 stored JSON
             if rows:
-                dst.execute(schema.metadata.tables[name].insert(), rows)
+                dst.execute(table.insert(), rows)
         if dialect == "postgresql":  # rows inserted with their ids: move the identity on
             dst.execute(
                 sa.text(
@@ -241,6 +268,39 @@ async def test_a_release_1_database_is_refused_until_the_open_opts_in_then_upgra
     engine.dispose()
 
 
+def _unnumbered(conn: sa.Connection) -> None:
+    """Turn a head database's events into 0007's layout: the stream id and topic in every
+    row, no ``pico_streams`` or ``pico_topics`` (what revision 0008 numbers)."""
+    query = sa.select(*EVENT_ROW).select_from(schema.event_log)
+    rows = [dict(r) for r in conn.execute(query).mappings()]
+    conn.execute(sa.text("DROP TABLE pico_events"))
+    conn.execute(sa.text("DROP TABLE pico_topics"))
+    conn.execute(sa.text("DROP TABLE pico_streams"))
+    old = sa.MetaData()
+    events = sa.Table(
+        "pico_events",
+        old,
+        sa.Column("id", schema._Id, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.String(200), nullable=False),
+        sa.Column("originator_id", sa.String(32), nullable=False),
+        sa.Column("originator_version", sa.Integer, nullable=False),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.Column("state", sa.LargeBinary, nullable=False),
+        sa.UniqueConstraint("originator_id", "originator_version", name="pico_events_stream"),
+        sa.Index("pico_events_session", "session_id", "id"),
+    )
+    old.create_all(conn)
+    if rows:
+        conn.execute(events.insert(), rows)
+    if conn.dialect.name == "postgresql":  # rows inserted with their ids: move the identity on
+        conn.execute(
+            sa.text(
+                "SELECT setval(pg_get_serial_sequence('pico_events', 'id'), "
+                "(SELECT max(id) FROM pico_events))"
+            )
+        )
+
+
 def _as_legacy(url: str, versions: int) -> None:
     """Turn a database at head into what the pre-Alembic code left at ``versions``: its
     ``pico_schema`` rows and no Alembic stamp (version 3: the role-carrying task indexes
@@ -256,6 +316,7 @@ def _as_legacy(url: str, versions: int) -> None:
         for table in ("pico_leases", "pico_work", "pico_inbox"):
             conn.execute(sa.text(f"DROP TABLE {table}"))
         store_as_json(conn.connection.driver_connection)
+        _unnumbered(conn)
         if versions >= 4:
             return
         conn.execute(sa.text("DROP INDEX pico_tasks_by_conversation"))
@@ -299,7 +360,7 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     c = await h.root()
     assert [e.content for e in (await c.entries()).items] == ["written before Alembic"]
     await h.close()
-    assert _stamp(fresh_url) == HEAD == "0007"
+    assert _stamp(fresh_url) == HEAD == "0008"
     assert _drift(fresh_url) == []
 
 
@@ -390,7 +451,9 @@ async def test_a_schema_newer_than_this_pico_is_refused_naming_its_revision(
 def _bodies(url: str) -> list[bytes]:
     engine = _engine(url)
     with engine.connect() as conn:
-        found = [bytes(r[0]) for r in conn.execute(sa.text("SELECT state FROM pico_events"))]
+        found = [
+            bytes(r[0]) for r in conn.execute(sa.text("SELECT state FROM pico_events ORDER BY id"))
+        ]
     engine.dispose()
     return found
 
@@ -405,6 +468,7 @@ async def test_a_0006_database_upgrades_to_deflated_bodies_without_rewriting_its
     engine = _engine(fresh_url)
     with engine.begin() as conn:
         store_as_json(conn.connection.driver_connection)
+        _unnumbered(conn)
         conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0006'"))
     engine.dispose()
     old = _bodies(fresh_url)
@@ -425,8 +489,82 @@ async def test_a_0006_database_upgrades_to_deflated_bodies_without_rewriting_its
     await h.close()
     new = _bodies(fresh_url)[len(old) :]
     assert new and all(b[0] == bodies.DEFLATE for b in new)
-    assert _stamp(fresh_url) == HEAD == "0007" and _drift(fresh_url) == []
+    assert _stamp(fresh_url) == HEAD and _drift(fresh_url) == []
     assert (await pico.verify(fresh_url, session="s")).ok
+
+
+async def _note_task(h: pico.Harness, conversation_id: int) -> None:
+    await h.command(lambda tx: tx.create_task(conversation_id, "note", state=None))
+
+
+async def _entries(url: str, session: str) -> list[pico.Entry]:
+    h = await pico.Harness.open(url, session=session, read_only=True)
+    try:
+        return list((await (await h.root()).entries()).items)
+    finally:
+        await h.close()
+
+
+def _event_log(url: str) -> list[tuple[Any, ...]]:
+    """Every stored event as (position, session, stream id, version, topic, body)."""
+    engine = _engine(url)
+    with engine.connect() as conn:
+        names = set(sa.inspect(conn).get_table_names())
+        if "pico_streams" in names:
+            query = sa.select(*EVENT_ROW).select_from(schema.event_log)
+        else:
+            query = sa.select(RELEASE1_EVENTS)
+        found = [tuple(r) for r in conn.execute(query.order_by(sa.text("1")))]
+    engine.dispose()
+    return [(*r[:5], bytes(r[5])) for r in found]
+
+
+async def test_a_0007_database_numbers_its_streams_and_topics_keeping_every_event_in_place(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revision 0008: the event rows name their stream and topic by number; every event
+    keeps its position, stream, version, topic and body, the chain still verifies, and
+    new commands carry on after the last position."""
+    for session in ("a", "b"):
+        h = await pico.Harness.open(fresh_url, session=session, definitions=definitions())
+        c = await h.root()
+        await c.append("user", f"first of {session}")
+        await _note_task(h, c.id)
+        await c.append("assistant", f"second of {session}")
+        await h.close()
+    engine = _engine(fresh_url)
+    with engine.begin() as conn:
+        _unnumbered(conn)
+        conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0007'"))
+    engine.dispose()
+    before = _event_log(fresh_url)
+    assert len({r[2] for r in before}) >= 4 and len({r[4] for r in before}) >= 4
+    monkeypatch.delenv("PICO_UPGRADE_SCHEMA", raising=False)
+    with pytest.raises(pico.SchemaOutdatedError, match="revision 0007"):
+        await pico.Harness.open(fresh_url, session="a")
+    monkeypatch.setenv("PICO_UPGRADE_SCHEMA", "1")
+    h = await pico.Harness.open(fresh_url, session="a", definitions=definitions())
+    c = await h.root()
+    # Check: the same events at the same positions, read back through the numbers (the
+    # open's claim and the append come after them).
+    await c.append("user", "after the upgrade")
+    await h.close()
+    after = _event_log(fresh_url)
+    assert after[: len(before)] == before and after[len(before)][0] > before[-1][0]
+    assert [e.content for e in (await _entries(fresh_url, "a"))] == [
+        "first of a",
+        "second of a",
+        "after the upgrade",
+    ]
+    assert _stamp(fresh_url) == HEAD and _drift(fresh_url) == []
+    for session in ("a", "b"):
+        assert (await pico.verify(fresh_url, session=session)).ok
+    # The numbers follow the first events: the first stream and topic are number 1.
+    engine = _engine(fresh_url)
+    with engine.connect() as conn:
+        first = conn.execute(sa.text("SELECT stream_id, topic_id FROM pico_events WHERE id = 1"))
+        assert tuple(first.one()) == (1, 1)
+    engine.dispose()
 
 
 async def test_a_pico_at_0006_refuses_deflated_bodies_as_newer_instead_of_calling_them_corrupt(
@@ -441,7 +579,7 @@ async def test_a_pico_at_0006_refuses_deflated_bodies_as_newer_instead_of_callin
     for read_only in (False, True):
         with pytest.raises(pico.ConfigurationError, match="Upgrade pico") as refused:
             await pico.Harness.open(fresh_url, session="s", read_only=read_only)
-        assert "revision 0007" in str(refused.value)
+        assert f"revision {HEAD}" in str(refused.value)
         assert not isinstance(refused.value, pico.StorageCorruptError)
 
 

@@ -25,10 +25,13 @@ from tests.contract.test_stored_bodies import _clock, _stream, _tokens
 
 def _rows(backend: Backend, session: str, sql: str = "") -> list[tuple[Any, ...]]:
     """``(id, originator_id, originator_version, topic, state)`` of the session's stored
-    events, as the database holds them (no pico in between)."""
+    events, as the database holds them (no pico in between): each event row joined to the
+    ``pico_streams`` and ``pico_topics`` rows its numbers name (schema revision 0008)."""
     query = (
-        "SELECT id, originator_id, originator_version, topic, state FROM pico_events "
-        f"WHERE session_id = {'?' if backend.name == 'sqlite' else '%s'} {sql} ORDER BY id"
+        "SELECT e.id, s.originator_id, e.originator_version, t.topic, e.state "
+        "FROM pico_events e JOIN pico_streams s ON s.id = e.stream_id "
+        "JOIN pico_topics t ON t.id = e.topic_id "
+        f"WHERE e.session_id = {'?' if backend.name == 'sqlite' else '%s'} {sql} ORDER BY e.id"
     )
     if backend.name == "sqlite":
         with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as conn:
@@ -99,7 +102,7 @@ async def test_a_deflated_body_that_does_not_inflate_is_reported_at_its_position
         await c.append("user", "Inspect the parser")
         await c.append("assistant", "It recurses per token")
         await c.append("user", "Use a loop")
-    rows = _rows(sql, sql.session, "AND topic LIKE '%%EntryAppended'")
+    rows = _rows(sql, sql.session, "AND t.topic LIKE '%%EntryAppended'")
     position, state = rows[1][0], rows[1][4]
     assert state[0] == DEFLATE
     _write(sql, position, state[:-4])  # the deflate stream cut short

@@ -1,0 +1,126 @@
+"""Event rows name their stream and topic by number; two indexes keep only their rows.
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2027-02-08
+
+An event row held its stream's 32-character id and its ~40-character topic, most of the
+row, and the stream index keyed on the random-looking id put each command's events on
+scattered index pages (each a page write). Now ``pico_streams`` numbers a stream at its
+first event and ``pico_topics`` a topic at its first use; the event row holds the two
+numbers and the unique index is on (stream number, version). Bodies, positions and every
+other table are unchanged; ``schema.event_log`` joins the numbers back to what they name.
+``pico_entries_key`` keeps only entries with a key and ``pico_context_edits_base`` only
+the base edits (create, reset, replace): the rows their lookups can want.
+
+The upgrade numbers the existing streams and topics in the order of their first event,
+then rewrites ``pico_events``: on SQLite into a new table (SQLite cannot drop a column
+that a unique constraint names), keeping every row's position; on PostgreSQL in place,
+so the position sequence carries on. All in SQL: ``pico db sql`` prints it for a DBA.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0008"
+down_revision: str | None = "0007"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+# SQLite's rowid alias must be INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
+_Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "pico_topics",
+        sa.Column("id", _Id, primary_key=True, autoincrement=True),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.UniqueConstraint("topic", name="pico_topics_topic"),
+    )
+    op.create_table(
+        "pico_streams",
+        sa.Column("id", _Id, primary_key=True, autoincrement=True),
+        sa.Column("originator_id", sa.String(32), nullable=False),
+        sa.UniqueConstraint("originator_id", name="pico_streams_originator"),
+    )
+    op.execute(
+        "INSERT INTO pico_topics (topic) "
+        "SELECT topic FROM pico_events GROUP BY topic ORDER BY min(id)"
+    )
+    op.execute(
+        "INSERT INTO pico_streams (originator_id) "
+        "SELECT originator_id FROM pico_events GROUP BY originator_id ORDER BY min(id)"
+    )
+    if op.get_context().dialect.name == "sqlite":
+        _rebuild_sqlite()
+    else:
+        _alter_postgresql()
+    # Two read-model indexes keep only the rows their lookups can want: entries with a key,
+    # and base context edits (the appends, most rows, are never looked up by them).
+    op.drop_index("pico_entries_key", table_name="pico_entries")
+    op.create_index(
+        "pico_entries_key",
+        "pico_entries",
+        ["session_id", "conversation_id", "key", "id"],
+        sqlite_where=sa.text("key IS NOT NULL"),
+        postgresql_where=sa.text("key IS NOT NULL"),
+    )
+    op.drop_index("pico_context_edits_base", table_name="pico_context_edits")
+    op.create_index(
+        "pico_context_edits_base",
+        "pico_context_edits",
+        ["session_id", "conversation_id", "seq"],
+        sqlite_where=sa.text("base"),
+        postgresql_where=sa.text("base"),
+    )
+
+
+def _rebuild_sqlite() -> None:
+    # The new table is created under its own name (renaming one would store its DDL
+    # with a quoted name, unlike a fresh database's), so the old one moves aside first.
+    op.drop_index("pico_events_session", table_name="pico_events")
+    op.rename_table("pico_events", "pico_events_0007")
+    op.create_table(
+        "pico_events",
+        sa.Column("id", _Id, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.String(200), nullable=False),
+        sa.Column("stream_id", sa.BigInteger, nullable=False),
+        sa.Column("originator_version", sa.Integer, nullable=False),
+        sa.Column("topic_id", sa.BigInteger, nullable=False),
+        sa.Column("state", sa.LargeBinary, nullable=False),
+        sa.UniqueConstraint("stream_id", "originator_version", name="pico_events_stream"),
+    )
+    op.execute(
+        "INSERT INTO pico_events (id, session_id, stream_id, originator_version, topic_id, "
+        "state) SELECT e.id, e.session_id, s.id, e.originator_version, p.id, e.state "
+        "FROM pico_events_0007 e "
+        "JOIN pico_streams s ON s.originator_id = e.originator_id "
+        "JOIN pico_topics p ON p.topic = e.topic ORDER BY e.id"
+    )
+    op.drop_table("pico_events_0007")
+    op.create_index("pico_events_session", "pico_events", ["session_id", "id"])
+
+
+def _alter_postgresql() -> None:
+    op.add_column("pico_events", sa.Column("stream_id", sa.BigInteger))
+    op.add_column("pico_events", sa.Column("topic_id", sa.BigInteger))
+    op.execute(
+        "UPDATE pico_events e SET stream_id = s.id, topic_id = p.id "
+        "FROM pico_streams s, pico_topics p "
+        "WHERE s.originator_id = e.originator_id AND p.topic = e.topic"
+    )
+    op.drop_constraint("pico_events_stream", "pico_events", type_="unique")
+    op.drop_column("pico_events", "originator_id")
+    op.drop_column("pico_events", "topic")
+    op.alter_column("pico_events", "stream_id", nullable=False)
+    op.alter_column("pico_events", "topic_id", nullable=False)
+    op.create_unique_constraint(
+        "pico_events_stream", "pico_events", ["stream_id", "originator_version"]
+    )
+
+
+def downgrade() -> None:
+    raise NotImplementedError("pico schemas only move forward; restore a backup")
