@@ -6,7 +6,9 @@ candidate bodies, the one that shrinks a sample of 300 bodies most (deflated wit
 dictionary so far) is put in FRONT of it (deflate reaches the dictionary's end cheapest, so
 the most useful body goes last), until no candidate saves 0.5% more or the dictionary would
 outgrow the 2 KiB window (a dictionary longer than the window is cut to its last 2 KiB).
-The fallback, for every other topic, is grown the same way from a sample of every topic.
+The fallback, for every other topic, is grown the same way from a sample of every topic,
+and the task states of the read model (``pico_tasks.state``, pseudo-topic ``TASK_STATE``)
+from that table's rows.
 Both use seeded random samples, so the same database gives the same dictionaries.
 
     python -m benchmarks.body_dictionaries                  # runs the 2,000 turns first
@@ -29,7 +31,7 @@ import zlib
 from collections import defaultdict
 from pathlib import Path
 
-from pico.infrastructure.sql.bodies import decode
+from pico.infrastructure.sql.bodies import TASK_STATE, decode, stored_text
 
 #: Topics with at least this share of a workload's events get a dictionary of their own.
 OWN_SHARE = 0.02
@@ -99,6 +101,8 @@ def build(db: Path) -> str:
         "JOIN pico_topics p ON p.id = e.topic_id ORDER BY e.id"
     ):
         by_topic[topic].append(decode(bytes(state)))  # JSON, whichever form it is in
+    # The read model's task states (``pico_tasks.state``, revision 0008) get one too.
+    states = [stored_text(r[0]).encode() for r in con.execute("SELECT state FROM pico_tasks")]
     con.close()
     events = sum(len(bodies) for bodies in by_topic.values())
     total = sum(len(b) for bodies in by_topic.values() for b in bodies)
@@ -115,6 +119,12 @@ def build(db: Path) -> str:
         for t, bodies in by_topic.items()
     )
     out.append(f"# bodies {total / 2**20:.2f} MiB as JSON, {stored / 2**20:.2f} MiB deflated")
+    task_states = grow(states)
+    out += [f"# {TASK_STATE}: {len(task_states)} bytes", _entry(TASK_STATE, task_states)]
+    plain, deflated = sum(map(len, states)), _deflated(task_states, states) + 2 * len(states)
+    out.append(
+        f"# task states {plain / 2**20:.2f} MiB as JSON, {deflated / 2**20:.2f} MiB deflated"
+    )
     return "\n".join(out)
 
 

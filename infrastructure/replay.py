@@ -43,6 +43,7 @@ from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import named_database
 from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.bodies import DEFLATED_COLUMNS, encode_text
 from pico.infrastructure.sql.store import SESSION_LOCK
 from pico.infrastructure.storage import make_mapper
 from pico.infrastructure.verify import (
@@ -480,7 +481,12 @@ def _rebuild_sql(conn: Connection, session: str, where: str) -> RebuildReport:
             inserted = 0
             chunk: list[dict[str, Any]] = []
             for row in replica.rows(table, commits=False):
-                chunk.append(dict(zip(names, row, strict=True)))
+                values = dict(zip(names, row, strict=True))
+                # Rows read with their deflated columns as JSON text (table_rows).
+                for name, topic in DEFLATED_COLUMNS.get(table.name, {}).items():
+                    if values[name] is not None:
+                        values[name] = encode_text(topic, values[name])
+                chunk.append(values)
                 if len(chunk) >= 1000:
                     conn.execute(table.insert(), chunk)
                     inserted += len(chunk)

@@ -46,7 +46,7 @@ from pico.infrastructure.jsonl.store import JsonlStore, live_writer
 from pico.infrastructure.memory import MemoryDatabase, named_database
 from pico.infrastructure.settings import mask_url, settings_for
 from pico.infrastructure.sql import schema as t
-from pico.infrastructure.sql.bodies import readable
+from pico.infrastructure.sql.bodies import DEFLATED_COLUMNS, readable, stored_text
 from pico.infrastructure.sql.recorder import event_from_row
 from pico.infrastructure.sql.store import SqlProjectionWriter, read_only_connector
 from pico.infrastructure.storage import BATCH_END, aggregate_name, make_mapper
@@ -517,8 +517,22 @@ def table_rows(
             order.append(col.collate("C" if conn.dialect.name == "postgresql" else "BINARY"))
         else:
             order.append(col)
-    for row in conn.execute(q.order_by(*order).execution_options(yield_per=1000)):
-        yield tuple(row)
+    rows = conn.execute(q.order_by(*order).execution_options(yield_per=1000))
+    deflated = DEFLATED_COLUMNS.get(table.name)
+    if deflated is None:
+        for row in rows:
+            yield tuple(row)
+        return
+    # A deflated column as its JSON text: the stored bytes are one encoding of it (another
+    # zlib may deflate the same text otherwise), and a difference shows as the JSON.
+    names = list(table.c.keys())
+    columns = [names.index(name) for name in deflated]
+    for row in rows:
+        values = list(row)
+        for i in columns:
+            if values[i] is not None:
+                values[i] = stored_text(values[i])
+        yield tuple(values)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,19 @@ from typing import Any, Final
 
 __all__ = [
     "DEFLATE",
+    "DEFLATED_COLUMNS",
     "DICTIONARIES",
+    "ENTRY_CONTENT",
+    "ENTRY_METADATA",
+    "TASK_STATE",
     "BodyFormatError",
     "Dictionary",
     "decode",
     "encode",
+    "encode_state",
+    "encode_text",
     "readable",
+    "stored_text",
 ]
 
 #: The first byte of a deflated body (a JSON body's is ``{``).
@@ -291,6 +298,71 @@ DICTIONARIES: Final[Mapping[int, Dictionary]] = _table(
             b'"after":[],"not_before":null,"required_permit":null}'
         ),
     ),
+    # pico_tasks.state (0008): the read model's task states, not an event topic.
+    Dictionary(
+        9,
+        "pico_tasks.state",
+        11,
+        (
+            b'{"inputs":[7450],"tools":["read","grep"],"model":"default","max_attempts":3,"too'
+            b'l_execution":"parallel"}{"inputs":[49814],"tools":["read","grep"],"model":"defau'
+            b'lt","max_attempts":3,"tool_execution":"parallel","usage":{"input":71612,"output"'
+            b':17}}{"call_id":"call_82","name":"grep","arguments":{"path":"g40"},"offered":["r'
+            b'ead","grep"],"truncated":false,"replay":"never","result_entry":1139,"terminate":'
+            b'false,"handoff":null,"details":null,"usage":null,"add_tools":[]}{"call_id":"call'
+            b'_3074","name":"grep","arguments":{"path":"g1536"},"offered":["read","grep"],"tru'
+            b'ncated":false,"replay":"never","result_entry":43027,"terminate":false,"handoff":'
+            b'null,"details":null,"usage":null,"add_tools":[]}{"call_id":"call_413","name":"re'
+            b'ad","arguments":{"path":"f206.py"},"offered":["read","grep"],"truncated":false,"'
+            b'replay":"never","result_entry":5783,"terminate":false,"handoff":null,"details":n'
+            b'ull,"usage":null,"add_tools":[]}{"inputs":[18258],"tools":["read","grep"],"model'
+            b'":"default","max_attempts":3,"tool_execution":"parallel"}{"inputs":[50458],"tool'
+            b's":["read","grep"],"model":"default","max_attempts":3,"tool_execution":"parallel'
+            b'","usage":{"input":72593,"output":12}}{"call_id":"call_2480","name":"grep","argu'
+            b'ments":{"path":"g1239"},"offered":["read","grep"],"truncated":false,"replay":"ne'
+            b'ver","result_entry":34711,"terminate":false,"handoff":null,"details":null,"usage'
+            b'":null,"add_tools":[]}{"call_id":"call_2011","name":"read","arguments":{"path":"'
+            b'f1005.py"},"offered":["read","grep"],"truncated":false,"replay":"never","result_'
+            b'entry":28155,"terminate":false,"handoff":null,"details":null,"usage":null,"add_t'
+            b'ools":[]}{"inputs":[33070],"tools":["read","grep"],"model":"default","max_attemp'
+            b'ts":3,"tool_execution":"parallel","usage":{"input":46795,"output":17}}'
+        ),
+    ),
+    # pico_entries.content and .metadata (0008): the read model's entry text.
+    Dictionary(
+        10,
+        "pico_entries.content",
+        11,
+        (
+            b'{"text":"Turn 89: let me look.","tool_calls":[{"id":"call_179","name":"read","ar'
+            b'guments":{"path":"f89.py"}},{"id":"call_180","name":"grep","arguments":{"path":"'
+            b'g89"}}]}{"text":"Turn 908: let me look.","tool_calls":[{"id":"call_1817","name":'
+            b'"read","arguments":{"path":"f908.py"}},{"id":"call_1818","name":"grep","argument'
+            b's":{"path":"g908"}}]}{"text":"Turn 206: let me look.","tool_calls":[{"id":"call_'
+            b'413","name":"read","arguments":{"path":"f206.py"}},{"id":"call_414","name":"grep'
+            b'","arguments":{"path":"g206"}}]}{"text":"Turn 680: let me look.","tool_calls":[{'
+            b'"id":"call_1361","name":"read","arguments":{"path":"f680.py"}},{"id":"call_1362"'
+            b',"name":"grep","arguments":{"path":"g680"}}]}{"content":"contents of f1477.py","'
+            b'is_error":false}"question 1040"{"text":"Turn 336: both files agree; the answer i'
+            b's 336."}{"content":"1 match for g1195","is_error":false}{"text":"Turn 1072: let '
+            b'me look.","tool_calls":[{"id":"call_2145","name":"read","arguments":{"path":"f10'
+            b'72.py"}},{"id":"call_2146","name":"grep","arguments":{"path":"g1072"}}]}'
+        ),
+    ),
+    Dictionary(
+        11,
+        "pico_entries.metadata",
+        11,
+        (
+            b'{"tool_calls":["call_1549","call_1550"],"usage":{"input":30356,"output":17}}{"to'
+            b'ol_calls":["call_1221","call_1222"],"usage":{"input":23878,"output":17}}{"tool_c'
+            b'alls":["call_2423","call_2424"],"usage":{"input":48040,"output":17}}{"tool_calls'
+            b'":["call_195","call_196"],"usage":{"input":3621,"output":16}}{"usage":{"input":4'
+            b'0804,"output":12}}{"tool_call_id":"call_2762","tool_name":"grep"}{"tool_call_id"'
+            b':"call_241","tool_name":"read"}{"tool_calls":["call_3357","call_3358"],"usage":{'
+            b'"input":67421,"output":17}}'
+        ),
+    ),
 )
 
 
@@ -337,6 +409,47 @@ def encode(topic: str, body: bytes) -> bytes:
     c = primed.copy()
     stored: bytes = header + c.compress(body) + c.flush()
     return stored if len(stored) < len(body) else body
+
+
+#: The pseudo-topics of the read model's JSON columns (schema revision 0008): a task's
+#: current state and an entry's content and metadata, deflated like an event body
+#: (``encode_text``), each with a dictionary of its own. No event has them.
+TASK_STATE: Final = "pico_tasks.state"
+ENTRY_CONTENT: Final = "pico_entries.content"
+ENTRY_METADATA: Final = "pico_entries.metadata"
+#: Read-model table -> its deflated columns, by name -> pseudo-topic.
+DEFLATED_COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
+    "pico_tasks": {"state": TASK_STATE},
+    "pico_entries": {"content": ENTRY_CONTENT, "metadata": ENTRY_METADATA},
+}
+
+
+def encode_text(topic: str, text: str) -> bytes:
+    """The stored form of the JSON ``text`` of a read-model column (``topic``: one of the
+    pseudo-topics above): deflated, or the UTF-8 JSON itself when that is not smaller
+    (JSON never starts with ``0x01``)."""
+    return encode(topic, text.encode())
+
+
+def encode_state(state: str) -> bytes:
+    """``pico_tasks.state`` as stored (``encode_text``)."""
+    return encode(TASK_STATE, state.encode())
+
+
+def stored_text(stored: Any) -> str:
+    """The JSON text of a stored read-model column (``encode_text``): inflated, or as it
+    is (JSON text written before revision 0008, or bytes too small to deflate). One that
+    does not inflate reads as its bytes' text, which is no JSON, so its reader reports it
+    as it reports any damaged value."""
+    if isinstance(stored, str):
+        return stored
+    data = bytes(stored)
+    if data[:1] == b"\x01":
+        try:
+            data = decode(data)
+        except BodyFormatError:
+            return data.decode("utf-8", "replace")
+    return data.decode("utf-8", "surrogatepass")
 
 
 def decode(stored: bytes) -> bytes:

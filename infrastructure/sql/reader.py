@@ -17,6 +17,7 @@ from pico.domain.errors import (
     StorageUnavailableError,
 )
 from pico.domain.values import Order, SessionMeta
+from pico.infrastructure.sql.bodies import stored_text
 from pico.infrastructure.sql.writer import (
     _PG_BROKEN,
     _PREPARED,
@@ -339,7 +340,17 @@ class SqlReadStore:
 
     @staticmethod
     def _entry(r: Any, content: bool) -> EntryRow:
-        return EntryRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] if content else None)
+        # Content and metadata deflated (bodies.encode_text).
+        return EntryRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            None if r[4] is None else stored_text(r[4]),
+            r[5],
+            r[6],
+            stored_text(r[7]) if content else None,
+        )
 
     def entry_rows(self, ids: Sequence[int], *, content: bool) -> dict[int, EntryRow]:
         head = f"SELECT {self._entry_cols(content)} FROM pico_entries"
@@ -542,7 +553,7 @@ class SqlReadStore:
             r[2],
             r[3],
             r[4],
-            r[5],
+            stored_text(r[5]),  # deflated (bodies.encode_state)
             () if r[6] == "[]" else tuple(json.loads(r[6])),  # most tasks depend on none
             bool(r[7]),
             r[8],

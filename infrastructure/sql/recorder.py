@@ -18,6 +18,12 @@ from eventsourcing.persistence import AggregateRecorder, StoredEvent
 
 from pico.infrastructure.sql import bodies
 from pico.infrastructure.sql import schema as t
+from pico.infrastructure.sql.bodies import (
+    ENTRY_CONTENT,
+    ENTRY_METADATA,
+    encode_state,
+    encode_text,
+)
 from pico.infrastructure.sql.notify import (
     CommitListener,
     channel_for,
@@ -488,7 +494,7 @@ class SqlProjectionWriter:
                     (
                         op.status,
                         op.role,
-                        op.state,
+                        None if op.state is None else encode_state(op.state),
                         after,
                         op.not_before,
                         op.required_permit,
@@ -507,7 +513,7 @@ class SqlProjectionWriter:
                         op.kind,
                         op.status,
                         op.role,
-                        op.state,
+                        encode_state(op.state),
                         json.dumps(list(op.after)),
                         op.foreground,
                         op.spawned_by,
@@ -525,8 +531,8 @@ class SqlProjectionWriter:
                         op.conversation_id,
                         op.kind,
                         op.key,
-                        op.content,
-                        op.metadata,
+                        encode_text(ENTRY_CONTENT, op.content),
+                        None if op.metadata is None else encode_text(ENTRY_METADATA, op.metadata),
                         op.by_task_id,
                         op.commit_end,
                     )

@@ -120,6 +120,16 @@ async def _written_session(tmp_path: Path, messages: tuple[str, ...]) -> Path:
     return path
 
 
+def _as_text(name: str) -> sa.Table:
+    """The model's table ``name`` with its deflated columns as JSON text, as before 0008."""
+    deflated = bodies.DEFLATED_COLUMNS.get(name, {})
+    columns = [
+        sa.Column(c.name, sa.Text if c.name in deflated else c.type, primary_key=c.primary_key)
+        for c in schema.metadata.tables[name].columns
+    ]
+    return sa.Table(name, sa.MetaData(), *columns)
+
+
 async def _release1_database(
     url: str, tmp_path: Path, messages: tuple[str, ...] = OLD_MESSAGES
 ) -> None:
@@ -131,15 +141,19 @@ async def _release1_database(
     target = _engine(url)
     with source.connect() as src, target.begin() as dst:
         for name in V1_TABLES:
-            table = RELEASE1_EVENTS if name == "pico_events" else schema.metadata.tables[name]
+            table = RELEASE1_EVENTS if name == "pico_events" else _as_text(name)
             query = (
                 sa.select(*EVENT_ROW).select_from(schema.event_log)
                 if name == "pico_events"
-                else table.select()
+                else schema.metadata.tables[name].select()
             )
             rows = [dict(r) for r in src.execute(query).mappings()]
             for row in rows if name in ("pico_events", "pico_snapshots") else ():
                 row["state"] = bodies.decode(row["state"])  # release 1 stored JSON
+            for column in bodies.DEFLATED_COLUMNS.get(name, {}):
+                for row in rows:  # and JSON text in the read model
+                    if row[column] is not None:
+                        row[column] = bodies.stored_text(row[column])
             if rows:
                 dst.execute(table.insert(), rows)
         if dialect == "postgresql":  # rows inserted with their ids: move the identity on
@@ -269,8 +283,9 @@ async def test_a_release_1_database_is_refused_until_the_open_opts_in_then_upgra
 
 
 def _unnumbered(conn: sa.Connection) -> None:
-    """Turn a head database's events into 0007's layout: the stream id and topic in every
-    row, no ``pico_streams`` or ``pico_topics`` (what revision 0008 numbers)."""
+    """Turn a head database into 0007's layout: the stream id and topic in every event
+    row, no ``pico_streams`` or ``pico_topics`` (what revision 0008 numbers), task states
+    as JSON text."""
     query = sa.select(*EVENT_ROW).select_from(schema.event_log)
     rows = [dict(r) for r in conn.execute(query).mappings()]
     conn.execute(sa.text("DROP TABLE pico_events"))
@@ -292,6 +307,23 @@ def _unnumbered(conn: sa.Connection) -> None:
     old.create_all(conn)
     if rows:
         conn.execute(events.insert(), rows)
+    # 0007's task states and entry texts: JSON text (0008 deflates them, binary columns).
+    for table, deflated in bodies.DEFLATED_COLUMNS.items():
+        for column in deflated:
+            found = conn.execute(sa.text(f"SELECT session_id, id, {column} FROM {table}"))
+            rows = [
+                {"s": r[0], "i": r[1], "v": None if r[2] is None else bodies.stored_text(r[2])}
+                for r in found
+            ]
+            if conn.dialect.name == "postgresql":
+                conn.execute(
+                    sa.text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE TEXT USING ''")
+                )
+            for row in rows:
+                conn.execute(
+                    sa.text(f"UPDATE {table} SET {column} = :v WHERE session_id = :s AND id = :i"),
+                    row,
+                )
     if conn.dialect.name == "postgresql":  # rows inserted with their ids: move the identity on
         conn.execute(
             sa.text(

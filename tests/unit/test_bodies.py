@@ -15,7 +15,16 @@ from pico.domain.conversation import Conversation
 from pico.domain.session import Session
 from pico.domain.task import Task
 from pico.infrastructure.sql import bodies
-from pico.infrastructure.sql.bodies import DEFLATE, BodyFormatError, decode, encode, readable
+from pico.infrastructure.sql.bodies import (
+    DEFLATE,
+    BodyFormatError,
+    decode,
+    encode,
+    encode_state,
+    encode_text,
+    readable,
+    stored_text,
+)
 
 #: id -> (topic, wbits, sha256 of the bytes). A stored body names its dictionary forever:
 #: a shipped dictionary is never edited, only added under a new id.
@@ -55,6 +64,21 @@ PINNED = {
         "pico.domain.task:Task.Patched",
         11,
         "f5bdd22c3e5c871377a25c0505480423a5c276457f55815ef1b81c088c999d28",
+    ),
+    9: (
+        "pico_tasks.state",
+        11,
+        "7b20c91dce2c85e750159477850443d6d525bcc92b37809af8c6fc9d9059ad32",
+    ),
+    10: (
+        "pico_entries.content",
+        11,
+        "520f879fe234b9dd04ee6d93e4bb79d8d004f949532a435fae4c086249f10d67",
+    ),
+    11: (
+        "pico_entries.metadata",
+        11,
+        "388e6595a706e66dfc18eed3e4eefa7ba30177d0193e21bb293052e32b8ae48e",
     ),
 }
 
@@ -104,8 +128,16 @@ def test_every_topic_round_trips_deflated_with_its_own_dictionary_or_the_fallbac
 
 
 def test_the_topics_of_the_2000_turn_workload_have_dictionaries_of_their_own() -> None:
-    assert set(bodies.ENCODE_WITH) <= set(_topics())
-    assert len(bodies.ENCODE_WITH) == 7 and bodies.FALLBACK == 1
+    # Every dictionary is for an event topic, but those for the read model's JSON columns
+    # (task states, entry content and metadata), which no event has.
+    columns = {
+        topic for deflated in bodies.DEFLATED_COLUMNS.values() for topic in deflated.values()
+    }
+    assert columns == {bodies.TASK_STATE, bodies.ENTRY_CONTENT, bodies.ENTRY_METADATA}
+    assert set(bodies.ENCODE_WITH) - columns <= set(_topics())
+    assert not columns & set(_topics())
+    assert [bodies.ENCODE_WITH[c] for c in sorted(columns)] == [10, 11, 9]
+    assert len(bodies.ENCODE_WITH) == 10 and bodies.FALLBACK == 1
 
 
 def test_a_json_body_reads_unchanged_and_one_deflate_cannot_shrink_stays_json() -> None:
@@ -144,3 +176,54 @@ def test_a_body_that_does_not_decode_says_why_and_reads_as_its_stored_bytes(
     # What the recorder hands up: the bytes as stored, for the event codec to report at
     # their position like any other damaged body.
     assert readable(damaged) == damaged
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        '{"call_id":"call_7","name":"read","arguments":{"path":"f1.py"},"offered":["read"],'
+        '"truncated":false,"replay":"never","result_entry":12,"terminate":false}',
+        '{"inputs":[86],"tools":["read","grep"],"model":"default","max_attempts":3}',
+        "null",
+        '"a plain string ✓"',
+        "[1,2,3]",
+    ],
+)
+def test_a_task_state_round_trips_deflated_when_that_is_smaller(state: str) -> None:
+    stored = encode_state(state)
+    assert stored_text(stored) == state
+    if stored != state.encode():
+        # Deflated with the task-state dictionary, smaller than its JSON.
+        assert stored[:2] == bytes((DEFLATE, 9)) and len(stored) < len(state.encode())
+    else:
+        assert len(state.encode()) <= 20  # only a small state, with nothing to share, stays
+
+
+def test_a_task_state_stored_as_text_or_damaged_reads_as_text_that_is_no_json() -> None:
+    # A row from before revision 0008 (JSON text), as SQLite returns a TEXT value.
+    assert stored_text('{"inputs":[1]}') == '{"inputs":[1]}'
+    assert stored_text(memoryview(b'{"inputs":[1]}')) == '{"inputs":[1]}'
+    stored = encode_state('{"inputs":[86],"tools":["read","grep"],"model":"default"}')
+    damaged = stored[:-3]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(stored_text(damaged))
+
+
+@pytest.mark.parametrize(
+    ("topic", "text"),
+    [
+        ("pico_entries.content", '"question 12: what does the parser do with tabs?"'),
+        (
+            "pico_entries.content",
+            '{"text":"Turn 3: let me look.","tool_calls":[{"id":"call_1","name":"read",'
+            '"arguments":{"path":"f0.py"}}]}',
+        ),
+        ("pico_entries.metadata", '{"tool_call_id":"call_263","tool_name":"read"}'),
+    ],
+)
+def test_an_entry_text_round_trips_deflated_with_its_column_dictionary(
+    topic: str, text: str
+) -> None:
+    stored = encode_text(topic, text)
+    assert stored[:2] == bytes((DEFLATE, bodies.ENCODE_WITH[topic]))
+    assert len(stored) < len(text.encode()) and stored_text(stored) == text

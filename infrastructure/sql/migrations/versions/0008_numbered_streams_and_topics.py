@@ -12,6 +12,8 @@ numbers and the unique index is on (stream number, version). Bodies, positions a
 other table are unchanged; ``schema.event_log`` joins the numbers back to what they name.
 ``pico_entries_key`` keeps only entries with a key and ``pico_context_edits_base`` only
 the base edits (create, reset, replace): the rows their lookups can want.
+``pico_tasks.state``, ``pico_entries.content`` and ``.metadata`` become binary: the writer
+stores them deflated (``bodies.encode_text``); the rows already there keep their JSON.
 
 The upgrade numbers the existing streams and topics in the order of their first event,
 then rewrites ``pico_events``: on SQLite into a new table (SQLite cannot drop a column
@@ -20,6 +22,8 @@ so the position sequence carries on. All in SQL: ``pico db sql`` prints it for a
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -58,16 +62,26 @@ def upgrade() -> None:
         _rebuild_sqlite()
     else:
         _alter_postgresql()
-    # Two read-model indexes keep only the rows their lookups can want: entries with a key,
-    # and base context edits (the appends, most rows, are never looked up by them).
-    op.drop_index("pico_entries_key", table_name="pico_entries")
-    op.create_index(
-        "pico_entries_key",
-        "pico_entries",
-        ["session_id", "conversation_id", "key", "id"],
-        sqlite_where=sa.text("key IS NOT NULL"),
-        postgresql_where=sa.text("key IS NOT NULL"),
-    )
+    # The read model's JSON columns become binary (the writer deflates them from now on;
+    # the rows already there keep their JSON, as bytes, which every reader takes as it is).
+    # pico_entries_key keeps only entries with a key (the rows a lookup by key can want).
+    if op.get_context().dialect.name == "sqlite":
+        _rebuild_with_binary(_TASKS, ("state",), _TASK_INDEXES)
+        _rebuild_with_binary(_ENTRIES, ("content", "metadata"), _ENTRY_INDEXES)
+    else:
+        for table, column in (
+            ("pico_tasks", "state"),
+            ("pico_entries", "content"),
+            ("pico_entries", "metadata"),
+        ):
+            op.execute(
+                f"ALTER TABLE {table} ALTER COLUMN {column} TYPE BYTEA "
+                f"USING convert_to({column}, 'UTF8')"
+            )
+        op.drop_index("pico_entries_key", table_name="pico_entries")
+        name, columns, where = _ENTRY_INDEXES[-1]
+        op.create_index(name, "pico_entries", columns, postgresql_where=where)
+    # Base context edits only (the appends, most rows, are never looked up by it).
     op.drop_index("pico_context_edits_base", table_name="pico_context_edits")
     op.create_index(
         "pico_context_edits_base",
@@ -120,6 +134,73 @@ def _alter_postgresql() -> None:
     op.create_unique_constraint(
         "pico_events_stream", "pico_events", ["stream_id", "originator_version"]
     )
+
+
+_KEYED = sa.text("key IS NOT NULL")
+_LIVE = sa.text("role <> 'terminal'")
+_TASKS = (
+    "pico_tasks",
+    sa.Column("session_id", sa.String(200), primary_key=True),
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("conversation_id", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.String(200), nullable=False),
+    sa.Column("status", sa.String(200), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("state", sa.LargeBinary, nullable=False),
+    sa.Column("after", sa.Text, nullable=False),
+    sa.Column("foreground", sa.Boolean, nullable=False),
+    sa.Column("spawned_by", sa.BigInteger),
+    sa.Column("owned_conversation_id", sa.BigInteger),
+    sa.Column("not_before", sa.Float),
+    sa.Column("required_permit", sa.String(200)),
+    sa.Column("abort_requested", sa.Boolean, nullable=False),
+    sa.Column("updated_seq", sa.BigInteger, nullable=False),
+)
+_TASK_INDEXES = (
+    ("pico_tasks_by_conversation", ["session_id", "conversation_id", "id"], None),
+    ("pico_tasks_live", ["session_id", "id"], _LIVE),
+    ("pico_tasks_live_conversation", ["session_id", "conversation_id", "id"], _LIVE),
+)
+_ENTRIES = (
+    "pico_entries",
+    sa.Column("session_id", sa.String(200), primary_key=True),
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("conversation_id", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.String(200), nullable=False),
+    sa.Column("key", sa.Text),
+    sa.Column("content", sa.LargeBinary, nullable=False),
+    sa.Column("metadata", sa.LargeBinary),
+    sa.Column("by_task_id", sa.BigInteger),
+    sa.Column("commit_end", sa.BigInteger, nullable=False),
+)
+_ENTRY_INDEXES = (
+    ("pico_entries_conversation", ["session_id", "conversation_id", "id"], None),
+    ("pico_entries_kind", ["session_id", "conversation_id", "kind", "id"], None),
+    ("pico_entries_key", ["session_id", "conversation_id", "key", "id"], _KEYED),
+)
+
+
+def _rebuild_with_binary(
+    table: tuple[Any, ...],
+    binary: tuple[str, ...],
+    indexes: tuple[tuple[str, list[str], Any], ...],
+) -> None:
+    """SQLite: rebuild ``table`` (its name, then its columns as the model has them) with
+    the ``binary`` columns' rows cast to BLOB, and its ``indexes`` (name, columns, partial
+    predicate) created again. The old table moves aside first, as ``_rebuild_sqlite``."""
+    name, *columns = table
+    for index, _, _ in indexes:
+        op.drop_index(index, table_name=name)
+    op.rename_table(name, f"{name}_0007")
+    op.create_table(name, *columns)
+    names = [f'"{c.name}"' for c in columns]
+    values = [f"CAST({n} AS BLOB)" if n.strip('"') in binary else n for n in names]
+    op.execute(
+        f"INSERT INTO {name} ({', '.join(names)}) SELECT {', '.join(values)} FROM {name}_0007"
+    )
+    op.drop_table(f"{name}_0007")
+    for index, cols, where in indexes:
+        op.create_index(index, name, cols, sqlite_where=where)
 
 
 def downgrade() -> None:
