@@ -82,9 +82,12 @@ def report(db: Path, turns: int) -> str:
     ):
         if n >= turns // 10:
             lines.append(f"| {topic.rsplit(':', 1)[-1]} | {n:,} | {_mib(body)} | {body / n:.0f} |")
-    n, bodies, sessions = con.execute(
-        "SELECT count(*), sum(length(state)), sum(length(session_id)) FROM pico_events"
-    ).fetchone()
+    n, bodies = con.execute("SELECT count(*), sum(length(state)) FROM pico_events").fetchone()
+    # What the session id would hold as text in every row (numbered since revision 0008).
+    sessions = con.execute(
+        "SELECT sum(length(n.session_id)) FROM pico_events e "
+        "JOIN pico_session_numbers n ON n.id = e.session_number"
+    ).fetchone()[0]
     # What the numbered columns (revision 0008) would hold as text: the topic and stream id.
     topics, oids = con.execute(
         "SELECT sum(length(p.topic)), sum(length(s.originator_id)) FROM pico_events e "
@@ -113,7 +116,7 @@ def report(db: Path, turns: int) -> str:
         f"| topic as text in every row (numbered since revision 0008) | {_mib(topics)} |",
         f"| stream id as 32 hex characters in every row (numbered since revision 0008) | "
         f"{_mib(oids)} |",
-        f"| session id column | {_mib(sessions)} |",
+        f"| session id as text in every row (numbered since revision 0008) | {_mib(sessions)} |",
         f"| entry text in pico_entries (also in its event) | {_mib(entry_text)} |",
         f"| task state in pico_tasks (also in its events) | {_mib(task_state)} |",
     ]

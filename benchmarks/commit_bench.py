@@ -66,7 +66,8 @@ def sqlite_floor(path: Path, n: int, synchronous: str) -> float:
         "prefix_revision) VALUES (?, 1, 1, 0, 0)",
         (sid,),
     )
-    # The two streams and three topics, numbered as pico numbers them (revision 0008).
+    # The session, two streams and three topics, numbered as pico numbers them (0008).
+    cur.execute("INSERT INTO pico_session_numbers (session_id) VALUES (?)", (sid,))
     cur.executemany(
         "INSERT INTO pico_streams (originator_id) VALUES (?)", [("c" * 32,), ("s" * 32,)]
     )
@@ -99,8 +100,9 @@ def sqlite_floor(path: Path, n: int, synchronous: str) -> float:
         entry, edit, last = seq + 1, seq + 2, seq + 2
         cur.execute("BEGIN IMMEDIATE")
         cur.executemany(
-            "INSERT INTO pico_events (session_id, stream_id, originator_version, topic_id, "
-            "state) VALUES (?, (SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
+            "INSERT INTO pico_events (session_number, stream_id, originator_version, topic_id, "
+            "state) VALUES ((SELECT id FROM pico_session_numbers WHERE session_id = ?), "
+            "(SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
             "(SELECT id FROM pico_topics WHERE topic = ?), ?)",
             [
                 (

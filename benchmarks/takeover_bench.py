@@ -62,7 +62,9 @@ def worker(url: str, prefix: str, directory: Path, args: Any, gen_sleep: float) 
 def last_event(url: str, session: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT coalesce(max(id), 0) FROM pico_events WHERE session_id = %s", (session,)
+            "SELECT coalesce(max(id), 0) FROM pico_events WHERE session_number = "
+            "(SELECT id FROM pico_session_numbers WHERE session_id = %s)",
+            (session,),
         ).fetchone()
     return int(row[0]) if row else 0
 
@@ -90,7 +92,8 @@ async def trial(url: str, directory: Path, args: Any) -> float:
         with psycopg.connect(url, autocommit=True) as conn:
             while True:
                 row = conn.execute(
-                    "SELECT 1 FROM pico_events WHERE session_id = %s AND id > %s LIMIT 1",
+                    "SELECT 1 FROM pico_events WHERE session_number = (SELECT id FROM "
+                    "pico_session_numbers WHERE session_id = %s) AND id > %s LIMIT 1",
                     (sid, before),
                 ).fetchone()
                 if row is not None:

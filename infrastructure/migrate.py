@@ -258,8 +258,7 @@ class _SqlSource:
         return session_events(self.conn, self.session)
 
     def count(self) -> int:
-        c = t.events.c
-        q = sa.select(sa.func.count()).where(c.session_id == self.session)
+        q = sa.select(sa.func.count()).where(t.of_session(self.session))
         return int(self.conn.execute(q).scalar_one())
 
     def working_scopes(self) -> list[str]:

@@ -414,7 +414,7 @@ def session_events(
     rows = conn.execute(
         sa.select(*t.event_columns)
         .select_from(t.event_log)
-        .where(ev.session_id == session, ev.id > after)
+        .where(t.of_session(session), ev.id > after)
         .order_by(ev.id)
         .execution_options(yield_per=1000)
     )
@@ -450,7 +450,7 @@ def _integrity(conn: Connection, where: str, findings: Findings) -> bool:
 
 def has_session(conn: Connection, session: str, present: set[str]) -> bool:
     ev = t.events.c
-    if conn.execute(sa.select(ev.id).where(ev.session_id == session).limit(1)).first():
+    if conn.execute(sa.select(ev.id).where(t.of_session(session)).limit(1)).first():
         return True
     if t.sessions.name not in present:
         return False

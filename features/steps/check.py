@@ -129,7 +129,12 @@ def lose_event(world: World, conv: str) -> None:
 
         _edit_journal(world, drop)
         return
-    _sql(world, "DELETE FROM pico_events WHERE session_id = :sid AND id = :id", id=second.position)
+    _sql(
+        world,
+        "DELETE FROM pico_events WHERE session_number = "
+        "(SELECT id FROM pico_session_numbers WHERE session_id = :sid) AND id = :id",
+        id=second.position,
+    )
 
 
 def _stored_events(world: World) -> int:

@@ -71,7 +71,12 @@ def _tamper(world: World, name: str, *, remove: bool) -> None:
         _edit_journal(world, edit)
         return
     if remove:
-        _sql(world, "DELETE FROM pico_events WHERE session_id = :sid AND id = :id", id=position)
+        _sql(
+            world,
+            "DELETE FROM pico_events WHERE session_number = "
+            "(SELECT id FROM pico_session_numbers WHERE session_id = :sid) AND id = :id",
+            id=position,
+        )
         return
     engine = _engine(world)
     try:
@@ -93,7 +98,8 @@ def _tamper(world: World, name: str, *, remove: bool) -> None:
 
     _sql(
         world,
-        "UPDATE pico_events SET state = :body WHERE session_id = :sid AND id = :id",
+        "UPDATE pico_events SET state = :body WHERE session_number = "
+        "(SELECT id FROM pico_session_numbers WHERE session_id = :sid) AND id = :id",
         id=position,
         body=reencoded(state, topic, forge),
     )

@@ -84,10 +84,11 @@ class SqlRecorder(AggregateRecorder):
         #: as of its last committed transaction (None: an empty context): the owner is the
         #: session's only writer, so an append needs no read of it (``_LAST_POSITION``).
         self._lasts: dict[tuple[str, int], int | None] = {}
-        #: Stream ids (hex) and topics known to be rows of ``pico_streams`` and
-        #: ``pico_topics`` (committed: a topic has a ``:``, a stream id none); in
-        #: ``_unconfirmed``, those this writer added in a batch not known to be committed
-        #: yet (``_confirm``). A batch adds the stream and topic rows its events lack.
+        #: Stream ids (hex), topics and sessions (``_SESSION_KEY`` + id) known to be rows
+        #: of ``pico_streams``, ``pico_topics`` and ``pico_session_numbers`` (committed: a
+        #: topic has a ``:``, a stream id none); in ``_unconfirmed``, those this writer
+        #: added in a batch not known to be committed yet (``_confirm``). A batch adds the
+        #: rows its events lack.
         self._known: set[str] = set()
         self._unconfirmed: set[str] = set()
 
@@ -102,11 +103,14 @@ class SqlRecorder(AggregateRecorder):
         ops: Sequence[RowOp] = kwargs.get("ops", ())
         new_streams: list[tuple[str]] = []
         new_topics: list[tuple[str]] = []
+        new_session: list[tuple[str]] = []
         if self.is_events:
             sql = self._writer.sql(_INSERT_EVENT)
             encode = bodies.encode  # deflated with the topic's dictionary (bodies.py)
             rows: list[tuple[Any, ...]] = []
             known = self._known
+            if stored_events and _SESSION_KEY + session_id not in known:
+                new_session.append((session_id,))
             for e in stored_events:
                 oid = _hex(e.originator_id)
                 topic = e.topic
@@ -125,6 +129,8 @@ class SqlRecorder(AggregateRecorder):
         def write(cur: Any) -> None:
             # Idempotent (a topic another writer added, a stale writer's duplicate first
             # event: its event row then conflicts, as before the numbering).
+            if new_session:
+                cur.executemany(self._writer.sql(_ADD_SESSION[self.db.dialect]), new_session)
             if new_topics:
                 cur.executemany(self._writer.sql(_ADD_TOPIC[self.db.dialect]), new_topics)
             if new_streams:
@@ -157,6 +163,7 @@ class SqlRecorder(AggregateRecorder):
         projection.settle()
         self._unconfirmed.update(t for (t,) in new_topics)
         self._unconfirmed.update(o for (o,) in new_streams)
+        self._unconfirmed.update(_SESSION_KEY + n for (n,) in new_session)
         if not defer:
             self._confirm()
         return None
@@ -237,7 +244,7 @@ class SqlRecorder(AggregateRecorder):
         q = (
             sa.select(*t.event_columns)
             .select_from(t.event_log)
-            .where(c.session_id == session_id, c.id > after)
+            .where(t.of_session(session_id), c.id > after)
             .order_by(c.id)
             .limit(limit)
         )
@@ -250,7 +257,7 @@ class SqlRecorder(AggregateRecorder):
     def last_session_position(self, session_id: str) -> int:
         """The position of the session's newest stored event (0: none): one index seek."""
         c = t.events.c
-        q = sa.select(sa.func.max(c.id)).where(c.session_id == session_id)
+        q = sa.select(sa.func.max(c.id)).where(t.of_session(session_id))
         if self._writer.pending:
             self._writer.flush()
         doing = f"reading the newest event position of session {session_id!r}"
@@ -259,7 +266,7 @@ class SqlRecorder(AggregateRecorder):
 
     def count_session_events(self, session_id: str, *, after: int) -> int:
         c = t.events.c
-        q = sa.select(sa.func.count()).where(c.session_id == session_id, c.id > after)
+        q = sa.select(sa.func.count()).where(t.of_session(session_id), c.id > after)
         if self._writer.pending:
             self._writer.flush()
         doing = f"counting the events of session {session_id!r} after position {after}"
@@ -296,10 +303,19 @@ def _hex(value: UUID | str) -> str:
 # The stream and the topic by number (schema.event_log): each a unique-index probe of a
 # small, hot table, in the statement, so a command needs no round trip to learn them.
 _INSERT_EVENT = (
-    "INSERT INTO pico_events (session_id, stream_id, originator_version, topic_id, state) "
-    "VALUES (?, (SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
+    "INSERT INTO pico_events (session_number, stream_id, originator_version, topic_id, state) "
+    "VALUES ((SELECT id FROM pico_session_numbers WHERE session_id = ?), "
+    "(SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
     "(SELECT id FROM pico_topics WHERE topic = ?), ?)"
 )
+#: A session's key among the writer's known numbers (no stream id or topic starts so).
+_SESSION_KEY = "\x00session "
+_ADD_SESSION = {
+    "sqlite": "INSERT OR IGNORE INTO pico_session_numbers (session_id) VALUES (?)",
+    "postgresql": (
+        "INSERT INTO pico_session_numbers (session_id) VALUES (?) ON CONFLICT DO NOTHING"
+    ),
+}
 #: How many stream ids and topics a writer remembers as numbered (``_confirm``).
 _KNOWN_LIMIT = 4096
 _ADD_STREAM = {

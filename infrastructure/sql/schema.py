@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     inspect,
+    select,
     text,
 )
 from sqlalchemy.engine import Connection
@@ -87,18 +88,40 @@ streams = Table(
     UniqueConstraint("originator_id", name="pico_streams_originator"),
 )
 
+# The sessions of the event log, numbered at their first event: a session's events are
+# read by (number, position), an index of a few bytes an event whatever the session's id.
+session_numbers = Table(
+    "pico_session_numbers",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", String(200), nullable=False),
+    UniqueConstraint("session_id", name="pico_session_numbers_session"),
+)
+
 events = Table(
     "pico_events",
     metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("session_id", String(200), nullable=False),
+    Column("session_number", BigInteger, nullable=False),
     Column("stream_id", BigInteger, nullable=False),
     Column("originator_version", Integer, nullable=False),
     Column("topic_id", BigInteger, nullable=False),
     Column("state", LargeBinary, nullable=False),
     UniqueConstraint("stream_id", "originator_version", name="pico_events_stream"),
-    Index("pico_events_session", "session_id", "id"),
+    Index("pico_events_session", "session_number", "id"),
 )
+
+
+def of_session(session_id: str) -> Any:
+    """The condition "the event is of session ``session_id``" on ``pico_events``: its
+    number by a probe of ``pico_session_numbers``'s unique index, in the statement."""
+    number = (
+        select(session_numbers.c.id)
+        .where(session_numbers.c.session_id == session_id)
+        .scalar_subquery()
+    )
+    return events.c.session_number == number
+
 
 #: The stored events as the recorder reads them: ``event_columns`` over ``event_log``.
 #: Outer joins: an event whose stream or topic number names no row is still read, and

@@ -230,8 +230,8 @@ async def test_an_inserted_event_is_found_at_its_batch(sql_backend: Backend) -> 
             _raw_sql(backend, "UPDATE pico_events SET id = %s WHERE id = %s", p + offset, p)
     _raw_sql(
         backend,
-        "INSERT INTO pico_events (id, session_id, stream_id, originator_version, topic_id, "
-        "state) SELECT %s, session_id, stream_id, originator_version + 1000, topic_id, state "
+        "INSERT INTO pico_events (id, session_number, stream_id, originator_version, topic_id, "
+        "state) SELECT %s, session_number, stream_id, originator_version + 1000, topic_id, state "
         "FROM pico_events WHERE id = %s",
         target + offset // 2,
         target,

@@ -294,9 +294,9 @@ async def test_damage_is_found_on_every_sql_backend(sql_backend: Backend) -> Non
     assert "pico_values" in report.findings[0].message and "'99'" in report.findings[0].message
     _execute(
         sql_backend,
-        "DELETE FROM pico_events WHERE session_id = :sid AND id = (SELECT min(id) FROM "
-        "pico_events WHERE session_id = :sid AND topic_id IN (SELECT id FROM pico_topics "
-        "WHERE topic LIKE '%ContextAppended'))",
+        "DELETE FROM pico_events WHERE id = (SELECT min(id) FROM pico_events WHERE "
+        "session_number = (SELECT id FROM pico_session_numbers WHERE session_id = :sid) "
+        "AND topic_id IN (SELECT id FROM pico_topics WHERE topic LIKE '%ContextAppended'))",
     )
     report = await pico.check(sql_backend.url, session=sql_backend.session)
     assert "versions" in _kinds(report)

@@ -59,7 +59,9 @@ def _row(url: str, session: str) -> tuple[Any, ...] | None:
 def _events(url: str, session: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pico_events WHERE session_id = %s", (session,)
+            "SELECT count(*) FROM pico_events WHERE session_number = "
+            "(SELECT id FROM pico_session_numbers WHERE session_id = %s)",
+            (session,),
         ).fetchone()
         assert row is not None
         return int(row[0])

@@ -97,10 +97,14 @@ RELEASE1_EVENTS = sa.Table(
     sa.Column("topic", sa.Text),
     sa.Column("state", sa.LargeBinary),
 )
-#: A current database's events in that form (``schema.event_log`` joins the numbers back).
+#: A current database's events in that form (``schema.event_log`` joins the numbers back,
+#: and the session's number is joined here).
+EVENT_LOG = schema.event_log.join(
+    schema.session_numbers, schema.session_numbers.c.id == schema.events.c.session_number
+)
 EVENT_ROW = (
     schema.events.c.id,
-    schema.events.c.session_id,
+    schema.session_numbers.c.session_id,
     schema.streams.c.originator_id,
     schema.events.c.originator_version,
     schema.topics.c.topic,
@@ -143,7 +147,7 @@ async def _release1_database(
         for name in V1_TABLES:
             table = RELEASE1_EVENTS if name == "pico_events" else _as_text(name)
             query = (
-                sa.select(*EVENT_ROW).select_from(schema.event_log)
+                sa.select(*EVENT_ROW).select_from(EVENT_LOG)
                 if name == "pico_events"
                 else schema.metadata.tables[name].select()
             )
@@ -283,14 +287,15 @@ async def test_a_release_1_database_is_refused_until_the_open_opts_in_then_upgra
 
 
 def _unnumbered(conn: sa.Connection) -> None:
-    """Turn a head database into 0007's layout: the stream id and topic in every event
-    row, no ``pico_streams`` or ``pico_topics`` (what revision 0008 numbers), task states
-    as JSON text."""
-    query = sa.select(*EVENT_ROW).select_from(schema.event_log)
+    """Turn a head database into 0007's layout: the session id, stream id and topic in
+    every event row, no ``pico_session_numbers``, ``pico_streams`` or ``pico_topics``
+    (what revision 0008 numbers), task states and entry texts as JSON text."""
+    query = sa.select(*EVENT_ROW).select_from(EVENT_LOG)
     rows = [dict(r) for r in conn.execute(query).mappings()]
     conn.execute(sa.text("DROP TABLE pico_events"))
     conn.execute(sa.text("DROP TABLE pico_topics"))
     conn.execute(sa.text("DROP TABLE pico_streams"))
+    conn.execute(sa.text("DROP TABLE pico_session_numbers"))
     old = sa.MetaData()
     events = sa.Table(
         "pico_events",
@@ -543,7 +548,7 @@ def _event_log(url: str) -> list[tuple[Any, ...]]:
     with engine.connect() as conn:
         names = set(sa.inspect(conn).get_table_names())
         if "pico_streams" in names:
-            query = sa.select(*EVENT_ROW).select_from(schema.event_log)
+            query = sa.select(*EVENT_ROW).select_from(EVENT_LOG)
         else:
             query = sa.select(RELEASE1_EVENTS)
         found = [tuple(r) for r in conn.execute(query.order_by(sa.text("1")))]

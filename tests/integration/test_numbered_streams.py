@@ -77,14 +77,18 @@ def test_a_rolled_back_batch_forgets_the_numbers_it_added_and_the_next_adds_them
     rec = SqlRecorder(db)
     try:
         old, new, topic = uuid.uuid4(), uuid.uuid4(), _topic()
+        session = f"s-{uuid.uuid4().hex[:8]}"
         rec.insert_events([StoredEvent(old, 1, "tests.numbered:Other", b"{}")])
-        rec.insert_events([StoredEvent(new, 1, topic, b"{}")], defer=True)
+        rec.insert_events([StoredEvent(new, 1, topic, b"{}")], defer=True, session_id=session)
         with pytest.raises(IntegrityError):  # a repeated version: the whole batch goes
             rec.insert_events([StoredEvent(old, 1, "tests.numbered:Other", b"{}")], defer=True)
-        assert _numbers(db, new) == []
-        rec.insert_events([StoredEvent(new, 1, topic, b'{"again":true}')])
+        assert _numbers(db, new) == [] and rec.last_session_position(session) == 0
+        rec.insert_events([StoredEvent(new, 1, topic, b'{"again":true}')], session_id=session)
         assert [e.state for e in rec.select_events(new)] == [b'{"again":true}']
         assert [e.topic for e in rec.select_events(new)] == [topic]
+        # Check: the session was numbered again too; its events are found by it.
+        found = rec.select_session_events(session, after=0, limit=10)
+        assert [(e.originator_id, e.topic) for _, e in found] == [(new, topic)]
     finally:
         rec.close()
 
@@ -103,6 +107,40 @@ def test_a_writer_past_its_memory_of_numbered_streams_adds_their_rows_idempotent
         for oid in streams:
             rows = _numbers(db, oid)
             assert [v for _, v, _ in rows] == [1, 2, 3] and len({s for s, _, _ in rows}) == 1
+    finally:
+        rec.close()
+
+
+def test_each_session_is_numbered_once_and_reads_only_its_own_events(db: SqlDatabase) -> None:
+    rec = SqlRecorder(db)
+    try:
+        a, b = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
+        streams = {a: uuid.uuid4(), b: uuid.uuid4()}
+        for version in (1, 2):
+            for session in (a, b):
+                event = StoredEvent(streams[session], version, "tests.numbered:Other", b"{}")
+                rec.insert_events([event], session_id=session)
+        with db.writer.connect() as conn:
+            n = schema.session_numbers.c
+            numbers = dict(
+                conn.execute(sa.select(n.session_id, n.id).where(n.session_id.in_([a, b]))).all()
+            )
+            e = schema.events.c
+            held = conn.execute(
+                sa.select(e.session_number, sa.func.count())
+                .where(e.session_number.in_(list(numbers.values())))
+                .group_by(e.session_number)
+            ).all()
+        assert len(numbers) == 2 and sorted(held) == sorted((m, 2) for m in numbers.values())
+        for session in (a, b):
+            found = rec.select_session_events(session, after=0, limit=10)
+            assert [(ev.originator_id, ev.originator_version) for _, ev in found] == [
+                (streams[session], 1),
+                (streams[session], 2),
+            ]
+            assert rec.count_session_events(session, after=0) == 2
+            assert rec.last_session_position(session) == found[-1][0]
+        assert rec.select_session_events("no-such-session", after=0, limit=10) == []
     finally:
         rec.close()
 

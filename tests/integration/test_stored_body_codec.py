@@ -26,12 +26,14 @@ from tests.contract.test_stored_bodies import _clock, _stream, _tokens
 def _rows(backend: Backend, session: str, sql: str = "") -> list[tuple[Any, ...]]:
     """``(id, originator_id, originator_version, topic, state)`` of the session's stored
     events, as the database holds them (no pico in between): each event row joined to the
-    ``pico_streams`` and ``pico_topics`` rows its numbers name (schema revision 0008)."""
+    ``pico_streams`` and ``pico_topics`` rows its numbers name, the session by its number
+    (schema revision 0008)."""
     query = (
         "SELECT e.id, s.originator_id, e.originator_version, t.topic, e.state "
         "FROM pico_events e JOIN pico_streams s ON s.id = e.stream_id "
         "JOIN pico_topics t ON t.id = e.topic_id "
-        f"WHERE e.session_id = {'?' if backend.name == 'sqlite' else '%s'} {sql} ORDER BY e.id"
+        "WHERE e.session_number = (SELECT id FROM pico_session_numbers WHERE session_id = "
+        f"{'?' if backend.name == 'sqlite' else '%s'}) {sql} ORDER BY e.id"
     )
     if backend.name == "sqlite":
         with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as conn:

@@ -1,24 +1,26 @@
-"""Event rows name their stream and topic by number; two indexes keep only their rows.
+"""Event rows name their session, stream and topic by number; smaller read-model rows.
 
 Revision ID: 0008
 Revises: 0007
 Create Date: 2027-02-08
 
-An event row held its stream's 32-character id and its ~40-character topic, most of the
-row, and the stream index keyed on the random-looking id put each command's events on
-scattered index pages (each a page write). Now ``pico_streams`` numbers a stream at its
-first event and ``pico_topics`` a topic at its first use; the event row holds the two
-numbers and the unique index is on (stream number, version). Bodies, positions and every
-other table are unchanged; ``schema.event_log`` joins the numbers back to what they name.
+An event row held its session's id, its stream's 32-character id and its ~40-character
+topic, most of the row, twice over in two indexes, and the stream index keyed on the
+random-looking id put each command's events on scattered index pages (each a page write).
+Now ``pico_session_numbers``, ``pico_streams`` and ``pico_topics`` number a session, a
+stream and a topic at first use; the event row holds the three numbers, the unique index
+is on (stream number, version) and the session index on (session number, position).
+Bodies and positions are unchanged; ``schema.event_log`` joins the numbers back to what
+they name, and ``schema.of_session`` selects a session's events by its number.
 ``pico_entries_key`` keeps only entries with a key and ``pico_context_edits_base`` only
 the base edits (create, reset, replace): the rows their lookups can want.
 ``pico_tasks.state``, ``pico_entries.content`` and ``.metadata`` become binary: the writer
 stores them deflated (``bodies.encode_text``); the rows already there keep their JSON.
 
-The upgrade numbers the existing streams and topics in the order of their first event,
-then rewrites ``pico_events``: on SQLite into a new table (SQLite cannot drop a column
-that a unique constraint names), keeping every row's position; on PostgreSQL in place,
-so the position sequence carries on. All in SQL: ``pico db sql`` prints it for a DBA.
+The upgrade numbers the existing sessions, streams and topics in the order of their first
+event, then rewrites ``pico_events``: on SQLite into a new table (SQLite cannot drop a
+column that a unique constraint names), keeping every row's position; on PostgreSQL in
+place, so the position sequence carries on. All in SQL: ``pico db sql`` prints it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ def upgrade() -> None:
         sa.Column("id", _Id, primary_key=True, autoincrement=True),
         sa.Column("originator_id", sa.String(32), nullable=False),
         sa.UniqueConstraint("originator_id", name="pico_streams_originator"),
+    )
+    op.create_table(
+        "pico_session_numbers",
+        sa.Column("id", _Id, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.String(200), nullable=False),
+        sa.UniqueConstraint("session_id", name="pico_session_numbers_session"),
+    )
+    op.execute(
+        "INSERT INTO pico_session_numbers (session_id) "
+        "SELECT session_id FROM pico_events GROUP BY session_id ORDER BY min(id)"
     )
     op.execute(
         "INSERT INTO pico_topics (topic) "
@@ -100,7 +112,7 @@ def _rebuild_sqlite() -> None:
     op.create_table(
         "pico_events",
         sa.Column("id", _Id, primary_key=True, autoincrement=True),
-        sa.Column("session_id", sa.String(200), nullable=False),
+        sa.Column("session_number", sa.BigInteger, nullable=False),
         sa.Column("stream_id", sa.BigInteger, nullable=False),
         sa.Column("originator_version", sa.Integer, nullable=False),
         sa.Column("topic_id", sa.BigInteger, nullable=False),
@@ -108,32 +120,38 @@ def _rebuild_sqlite() -> None:
         sa.UniqueConstraint("stream_id", "originator_version", name="pico_events_stream"),
     )
     op.execute(
-        "INSERT INTO pico_events (id, session_id, stream_id, originator_version, topic_id, "
-        "state) SELECT e.id, e.session_id, s.id, e.originator_version, p.id, e.state "
+        "INSERT INTO pico_events (id, session_number, stream_id, originator_version, "
+        "topic_id, state) SELECT e.id, n.id, s.id, e.originator_version, p.id, e.state "
         "FROM pico_events_0007 e "
+        "JOIN pico_session_numbers n ON n.session_id = e.session_id "
         "JOIN pico_streams s ON s.originator_id = e.originator_id "
         "JOIN pico_topics p ON p.topic = e.topic ORDER BY e.id"
     )
     op.drop_table("pico_events_0007")
-    op.create_index("pico_events_session", "pico_events", ["session_id", "id"])
+    op.create_index("pico_events_session", "pico_events", ["session_number", "id"])
 
 
 def _alter_postgresql() -> None:
+    op.add_column("pico_events", sa.Column("session_number", sa.BigInteger))
     op.add_column("pico_events", sa.Column("stream_id", sa.BigInteger))
     op.add_column("pico_events", sa.Column("topic_id", sa.BigInteger))
     op.execute(
-        "UPDATE pico_events e SET stream_id = s.id, topic_id = p.id "
-        "FROM pico_streams s, pico_topics p "
-        "WHERE s.originator_id = e.originator_id AND p.topic = e.topic"
+        "UPDATE pico_events e SET session_number = n.id, stream_id = s.id, topic_id = p.id "
+        "FROM pico_session_numbers n, pico_streams s, pico_topics p "
+        "WHERE n.session_id = e.session_id AND s.originator_id = e.originator_id "
+        "AND p.topic = e.topic"
     )
     op.drop_constraint("pico_events_stream", "pico_events", type_="unique")
+    op.drop_index("pico_events_session", table_name="pico_events")
+    op.drop_column("pico_events", "session_id")
     op.drop_column("pico_events", "originator_id")
     op.drop_column("pico_events", "topic")
-    op.alter_column("pico_events", "stream_id", nullable=False)
-    op.alter_column("pico_events", "topic_id", nullable=False)
+    for column in ("session_number", "stream_id", "topic_id"):
+        op.alter_column("pico_events", column, nullable=False)
     op.create_unique_constraint(
         "pico_events_stream", "pico_events", ["stream_id", "originator_version"]
     )
+    op.create_index("pico_events_session", "pico_events", ["session_number", "id"])
 
 
 _KEYED = sa.text("key IS NOT NULL")
