@@ -117,8 +117,10 @@ def report(db: Path, turns: int) -> str:
         f"| stream id as 32 hex characters in every row (numbered since revision 0008) | "
         f"{_mib(oids)} |",
         f"| session id as text in every row (numbered since revision 0008) | {_mib(sessions)} |",
-        f"| entry text in pico_entries (also in its event) | {_mib(entry_text)} |",
-        f"| task state in pico_tasks (also in its events) | {_mib(task_state)} |",
+        f"| entry text in pico_entries (also in its event; deflated since 0008) | "
+        f"{_mib(entry_text)} |",
+        f"| task state in pico_tasks (also in its events; deflated since 0008) | "
+        f"{_mib(task_state)} |",
     ]
     con.close()
     return "\n".join(lines)
