@@ -252,7 +252,7 @@ class _SqlSource:
         stack.callback(engine.dispose)
         self.conn: Connection = stack.enter_context(_reading(engine, self.location))
         self.session = session
-        _require_session(self.conn, session)
+        _require_session(self.conn, session, self.location)
 
     def events(self) -> Iterator[tuple[int, StoredEvent]]:
         return session_events(self.conn, self.session)

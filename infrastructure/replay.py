@@ -56,6 +56,7 @@ from pico.infrastructure.verify import (
     has_session,
     jsonl_journal,
     memory_diffs,
+    require_head,
     session_events,
     sql_engine,
     table_rows,
@@ -229,7 +230,7 @@ def _replay(url: str, session: str) -> ReplayReport:
     engine, where = sql_engine(url, what="replay")
     try:
         with _reading(engine, where) as conn:
-            present = _require_session(conn, session)
+            present = _require_session(conn, session, where)
             replica = Replica(session)
             try:
                 count, warnings = _project_events(conn, session, replica, where)
@@ -310,7 +311,8 @@ def _translating(where: str) -> Iterator[None]:
         ) from exc
 
 
-def _require_session(conn: Connection, session: str) -> set[str]:
+def _require_session(conn: Connection, session: str, where: str) -> set[str]:
+    require_head(conn, where)
     present = set(sa.inspect(conn).get_table_names())
     if t.events.name not in present or not has_session(conn, session, present):
         raise UnknownSessionError(session)
@@ -432,7 +434,7 @@ def _rebuild(url: str, session: str) -> RebuildReport:
 
 
 def _rebuild_sql(conn: Connection, session: str, where: str) -> RebuildReport:
-    present = _require_session(conn, session)
+    present = _require_session(conn, session, where)
     if conn.dialect.name == "postgresql":  # SQLite's BEGIN IMMEDIATE already holds it
         # As long as SQLite's busy_timeout: a writer holding the lock longer makes this a
         # StorageUnavailableError, never an endless wait. The session's write lock (the

@@ -342,6 +342,19 @@ def sqlite_read_only(path: Path) -> Engine:
     return engine
 
 
+def require_head(conn: Connection, where: str) -> None:
+    """Refuse a database whose pico schema is not this pico's, as a read-only open does
+    (an older one: ``SchemaOutdatedError`` naming ``pico db upgrade``; a newer one:
+    ``ConfigurationError``): its tables are not the ones this code reads, and reading
+    them would report damage that is not there. A database without pico's tables passes
+    (its session is then unknown)."""
+    dialect = conn.dialect.name
+    url = f"sqlite:///{where}" if dialect == "sqlite" else where
+    t.check(
+        t.read_state(conn), upgrade=False, read_only=True, location=where, url=url, dialect=dialect
+    )
+
+
 def _check_sql(engine: Engine, session: str, where: str, findings: Findings) -> int:
     postgres = engine.dialect.name == "postgresql"
     try:
@@ -365,6 +378,7 @@ def _check_sql(engine: Engine, session: str, where: str, findings: Findings) -> 
             with conn.begin():
                 if not postgres and not _integrity(conn, where, findings):
                     return 0
+                require_head(conn, where)
                 present = set(sa.inspect(conn).get_table_names())
                 if t.events.name not in present:
                     raise UnknownSessionError(session)

@@ -447,9 +447,18 @@ def stored_text(stored: Any) -> str:
     if data[:1] == b"\x01":
         try:
             data = decode(data)
-        except BodyFormatError:
-            return data.decode("utf-8", "replace")
-    return data.decode("utf-8", "surrogatepass")
+        except BodyFormatError as exc:
+            return _not_json(data, str(exc))
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return _not_json(data, "not UTF-8")
+
+
+def _not_json(data: bytes, why: str) -> str:
+    """What a damaged stored value reads as: text that is no JSON (it starts with ``<``),
+    naming why and showing its first bytes, so its reader reports it as damaged JSON."""
+    return f"<stored value is damaged ({why}): {data[:24].hex()}>"
 
 
 def decode(stored: bytes) -> bytes:

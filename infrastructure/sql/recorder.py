@@ -84,13 +84,15 @@ class SqlRecorder(AggregateRecorder):
         #: as of its last committed transaction (None: an empty context): the owner is the
         #: session's only writer, so an append needs no read of it (``_LAST_POSITION``).
         self._lasts: dict[tuple[str, int], int | None] = {}
-        #: Stream ids (hex), topics and sessions (``_SESSION_KEY`` + id) known to be rows
-        #: of ``pico_streams``, ``pico_topics`` and ``pico_session_numbers`` (committed: a
-        #: topic has a ``:``, a stream id none); in ``_unconfirmed``, those this writer
-        #: added in a batch not known to be committed yet (``_confirm``). A batch adds the
-        #: rows its events lack.
+        #: Stream ids (hex) and sessions (``_SESSION_KEY`` + id) known to be rows of
+        #: ``pico_streams`` and ``pico_session_numbers`` (committed), and topics known to
+        #: be rows of ``pico_topics`` (a few dozen: never forgotten); in the
+        #: ``_unconfirmed`` sets, those this writer added in a batch not known to be
+        #: committed yet (``_confirm``). A batch adds the rows its events lack.
         self._known: set[str] = set()
+        self._topics: set[str] = set()
         self._unconfirmed: set[str] = set()
+        self._unconfirmed_topics: set[str] = set()
 
     @property
     def writer(self) -> RawWriter:
@@ -116,9 +118,12 @@ class SqlRecorder(AggregateRecorder):
                 topic = e.topic
                 if oid not in known and (oid,) not in new_streams:
                     new_streams.append((oid,))
-                if topic not in known and (topic,) not in new_topics:
+                if topic not in self._topics and (topic,) not in new_topics:
                     new_topics.append((topic,))
                 rows.append((session_id, oid, e.originator_version, topic, encode(topic, e.state)))
+            if new_topics and self.db.dialect == "postgresql":
+                self._number_topics([topic for (topic,) in new_topics])
+                new_topics = []
         else:
             sql = self._writer.sql(_INSERT_SNAPSHOT)
             rows = [
@@ -159,21 +164,49 @@ class SqlRecorder(AggregateRecorder):
             # (a rolled-back deferred batch took earlier commands' appends with it).
             self._lasts.clear()
             self._unconfirmed.clear()
+            self._unconfirmed_topics.clear()
             raise
         projection.settle()
-        self._unconfirmed.update(t for (t,) in new_topics)
+        self._unconfirmed_topics.update(t for (t,) in new_topics)
         self._unconfirmed.update(o for (o,) in new_streams)
         self._unconfirmed.update(_SESSION_KEY + n for (n,) in new_session)
         if not defer:
             self._confirm()
         return None
 
+    def _number_topics(self, topics: list[str]) -> None:
+        """PostgreSQL: number new topics in a short transaction of their own, committed
+        before the batch. A topic row is shared by every session: inserted inside a
+        deferred batch it would hold its key until that batch commits, and another
+        session's first event of the topic would wait for it (on this process's own
+        thread: until the server ended the batch), or two batches would deadlock. A
+        topic row is never deleted, so it is known from then on. (Session and stream
+        rows are the session's own, under its write lock: they stay in the batch.)"""
+        idle = self.db.idle
+        if idle is None:  # (a PostgreSQL database always has its idle connections)
+            with self.db.translating("numbering event types"), self.db.writer.begin() as c:
+                c.execute(sa.text(_ADD_TOPIC_NAMED), [{"topic": topic} for topic in topics])
+        else:
+            # One of the process's idle connections, given back warm (as the writer's own).
+            with self.db.translating("numbering event types"):
+                lent = idle.take()
+                try:
+                    conn = lent.driver_connection
+                    with conn.transaction(), conn.cursor() as cur:
+                        cur.executemany(_ADD_TOPIC_PG, [(topic,) for topic in topics])
+                finally:
+                    idle.give(lent)
+        self._topics.update(topics)
+
     def _confirm(self) -> None:
-        """Everything this writer wrote is committed: the streams and topics it numbered
-        are rows for good (neither is ever deleted), so later batches need not add them.
+        """Everything this writer wrote is committed: the sessions, streams and topics it
+        numbered are rows for good (none is ever deleted), so later batches need not add them.
         Until then (a deferred batch may yet roll back) each batch adds them again,
         idempotently. Bounded: past ``_KNOWN_LIMIT`` the writer starts over, and a stream
         it no longer knows costs one idempotent insert."""
+        if self._unconfirmed_topics:
+            self._topics.update(self._unconfirmed_topics)
+            self._unconfirmed_topics.clear()
         if self._unconfirmed:
             if len(self._known) + len(self._unconfirmed) > _KNOWN_LIMIT:
                 self._known.clear()
@@ -278,6 +311,7 @@ class SqlRecorder(AggregateRecorder):
             self._writer.flush()
         except BaseException:
             self._unconfirmed.clear()
+            self._unconfirmed_topics.clear()
             raise
         self._confirm()
 
@@ -322,6 +356,8 @@ _ADD_STREAM = {
     "sqlite": "INSERT OR IGNORE INTO pico_streams (originator_id) VALUES (?)",
     "postgresql": ("INSERT INTO pico_streams (originator_id) VALUES (?) ON CONFLICT DO NOTHING"),
 }
+_ADD_TOPIC_NAMED = "INSERT INTO pico_topics (topic) VALUES (:topic) ON CONFLICT DO NOTHING"
+_ADD_TOPIC_PG = "INSERT INTO pico_topics (topic) VALUES (%s) ON CONFLICT DO NOTHING"
 _ADD_TOPIC = {
     "sqlite": "INSERT OR IGNORE INTO pico_topics (topic) VALUES (?)",
     "postgresql": "INSERT INTO pico_topics (topic) VALUES (?) ON CONFLICT DO NOTHING",

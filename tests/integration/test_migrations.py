@@ -604,6 +604,34 @@ async def test_a_0007_database_numbers_its_streams_and_topics_keeping_every_even
     engine.dispose()
 
 
+async def test_check_replay_rebuild_and_migrate_refuse_an_older_schema_instead_of_reading_it(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    """The tools that read a database's tables directly refuse one at an older revision as
+    an open does (``SchemaOutdatedError``, naming ``pico db upgrade``), rather than read
+    the tables they expect and report their absence as damage; nothing is changed."""
+    h = await pico.Harness.open(fresh_url, session="a")
+    await (await h.root()).append("user", "one")
+    await h.close()
+    engine = _engine(fresh_url)
+    with engine.begin() as conn:
+        _unnumbered(conn)
+        conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0007'"))
+    engine.dispose()
+    before = _fingerprint(fresh_url)
+    target = f"jsonl:///{tmp_path / 'copy'}"
+    for tool in (
+        lambda: pico.check(fresh_url, session="a"),
+        lambda: pico.replay(fresh_url, session="a"),
+        lambda: pico.rebuild(fresh_url, session="a"),
+        lambda: pico.migrate(fresh_url, target, session="a"),
+    ):
+        with pytest.raises(pico.SchemaOutdatedError, match="pico db upgrade") as refused:
+            await tool()
+        assert "0007" in str(refused.value)
+    assert _fingerprint(fresh_url) == before
+
+
 async def test_a_pico_at_0006_refuses_deflated_bodies_as_newer_instead_of_calling_them_corrupt(
     fresh_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

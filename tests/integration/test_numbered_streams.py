@@ -4,6 +4,7 @@ committed, and a number that names no row is reported, never skipped."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,30 @@ def test_a_rolled_back_batch_forgets_the_numbers_it_added_and_the_next_adds_them
         assert [(e.originator_id, e.topic) for _, e in found] == [(new, topic)]
     finally:
         rec.close()
+
+
+def test_a_session_open_batch_never_makes_another_session_wait_for_a_shared_topic(
+    db: SqlDatabase,
+) -> None:
+    """Topics are shared by every session. Session A's deferred batch (group commit) uses
+    a new topic; session B's command of the same topic, on the same thread, must not
+    wait for A's batch (on PostgreSQL it would wait until the server ended A's batch,
+    faulting A): a new topic is numbered before, not inside, a batch."""
+    a, b = SqlRecorder(db), SqlRecorder(db)
+    try:
+        topic = _topic()
+        first, second = uuid.uuid4(), uuid.uuid4()
+        a.insert_events([StoredEvent(first, 1, topic, b"{}")], defer=True, session_id="a")
+        started = time.monotonic()
+        b.insert_events([StoredEvent(second, 1, topic, b"{}")], session_id="b")
+        assert time.monotonic() - started < 2.0
+        a.flush()  # A's batch still commits
+        assert [e.topic for e in a.select_events(first)] == [topic]
+        assert [e.topic for e in b.select_events(second)] == [topic]
+        assert _numbers(db, first)[0][2] == _numbers(db, second)[0][2]
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_writer_past_its_memory_of_numbered_streams_adds_their_rows_idempotently(

@@ -204,9 +204,11 @@ def test_a_task_state_stored_as_text_or_damaged_reads_as_text_that_is_no_json() 
     assert stored_text('{"inputs":[1]}') == '{"inputs":[1]}'
     assert stored_text(memoryview(b'{"inputs":[1]}')) == '{"inputs":[1]}'
     stored = encode_state('{"inputs":[86],"tools":["read","grep"],"model":"default"}')
-    damaged = stored[:-3]
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(stored_text(damaged))
+    for damaged in (stored[:-3], b"\xff\xfe{}", b'"caf\xe9"', bytes((DEFLATE, 200)) + stored[2:]):
+        text = stored_text(damaged)  # never a UnicodeDecodeError
+        assert text.startswith("<stored value is damaged (") and damaged[:4].hex() in text
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(text)
 
 
 @pytest.mark.parametrize(
