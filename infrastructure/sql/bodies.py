@@ -43,7 +43,6 @@ __all__ = [
     "Dictionary",
     "decode",
     "encode",
-    "encode_state",
     "encode_text",
     "readable",
     "stored_text",
@@ -429,11 +428,6 @@ def encode_text(topic: str, text: str) -> bytes:
     pseudo-topics above): deflated, or the UTF-8 JSON itself when that is not smaller
     (JSON never starts with ``0x01``)."""
     return encode(topic, text.encode())
-
-
-def encode_state(state: str) -> bytes:
-    """``pico_tasks.state`` as stored (``encode_text``)."""
-    return encode(TASK_STATE, state.encode())
 
 
 def stored_text(stored: Any) -> str:

@@ -553,7 +553,7 @@ class SqlReadStore:
             r[2],
             r[3],
             r[4],
-            stored_text(r[5]),  # deflated (bodies.encode_state)
+            stored_text(r[5]),  # deflated (bodies.encode_text)
             () if r[6] == "[]" else tuple(json.loads(r[6])),  # most tasks depend on none
             bool(r[7]),
             r[8],

@@ -21,7 +21,7 @@ from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.bodies import (
     ENTRY_CONTENT,
     ENTRY_METADATA,
-    encode_state,
+    TASK_STATE,
     encode_text,
 )
 from pico.infrastructure.sql.notify import (
@@ -183,19 +183,16 @@ class SqlRecorder(AggregateRecorder):
         topic row is never deleted, so it is known from then on. (Session and stream
         rows are the session's own, under its write lock: they stay in the batch.)"""
         idle = self.db.idle
-        if idle is None:  # (a PostgreSQL database always has its idle connections)
-            with self.db.translating("numbering event types"), self.db.writer.begin() as c:
-                c.execute(sa.text(_ADD_TOPIC_NAMED), [{"topic": topic} for topic in topics])
-        else:
-            # One of the process's idle connections, given back warm (as the writer's own).
-            with self.db.translating("numbering event types"):
-                lent = idle.take()
-                try:
-                    conn = lent.driver_connection
-                    with conn.transaction(), conn.cursor() as cur:
-                        cur.executemany(_ADD_TOPIC_PG, [(topic,) for topic in topics])
-                finally:
-                    idle.give(lent)
+        assert idle is not None  # every PostgreSQL database has its idle connections
+        # One of the process's idle connections, given back warm (as the writer's own).
+        with self.db.translating("numbering event types"):
+            lent = idle.take()
+            try:
+                conn = lent.driver_connection
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(_ADD_TOPIC_PG, [(topic,) for topic in topics])
+            finally:
+                idle.give(lent)
         self._topics.update(topics)
 
     def _confirm(self) -> None:
@@ -356,7 +353,6 @@ _ADD_STREAM = {
     "sqlite": "INSERT OR IGNORE INTO pico_streams (originator_id) VALUES (?)",
     "postgresql": ("INSERT INTO pico_streams (originator_id) VALUES (?) ON CONFLICT DO NOTHING"),
 }
-_ADD_TOPIC_NAMED = "INSERT INTO pico_topics (topic) VALUES (:topic) ON CONFLICT DO NOTHING"
 _ADD_TOPIC_PG = "INSERT INTO pico_topics (topic) VALUES (%s) ON CONFLICT DO NOTHING"
 _ADD_TOPIC = {
     "sqlite": "INSERT OR IGNORE INTO pico_topics (topic) VALUES (?)",
@@ -546,7 +542,7 @@ class SqlProjectionWriter:
                     (
                         op.status,
                         op.role,
-                        None if op.state is None else encode_state(op.state),
+                        None if op.state is None else encode_text(TASK_STATE, op.state),
                         after,
                         op.not_before,
                         op.required_permit,
@@ -565,7 +561,7 @@ class SqlProjectionWriter:
                         op.kind,
                         op.status,
                         op.role,
-                        encode_state(op.state),
+                        encode_text(TASK_STATE, op.state),
                         json.dumps(list(op.after)),
                         op.foreground,
                         op.spawned_by,

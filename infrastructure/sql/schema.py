@@ -313,7 +313,7 @@ tasks = Table(
     Column("kind", String(200), nullable=False),
     Column("status", String(200), nullable=False),
     Column("role", String(16), nullable=False),
-    # Deflated JSON (0008; ``bodies.encode_state``): a task's state repeats what its
+    # Deflated JSON (0008; ``bodies.encode_text``): a task's state repeats what its
     # events hold, in the same few shapes, so a dictionary makes it ~10x smaller.
     Column("state", LargeBinary, nullable=False),
     Column("after", Text, nullable=False),

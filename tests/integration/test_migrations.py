@@ -338,6 +338,15 @@ def _unnumbered(conn: sa.Connection) -> None:
         )
 
 
+def _as_0007(url: str) -> None:
+    """Turn a head database into what a pico at 0007 left (``_unnumbered``), stamped 0007."""
+    engine = _engine(url)
+    with engine.begin() as conn:
+        _unnumbered(conn)
+        conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0007'"))
+    engine.dispose()
+
+
 def _as_legacy(url: str, versions: int) -> None:
     """Turn a database at head into what the pre-Alembic code left at ``versions``: its
     ``pico_schema`` rows and no Alembic stamp (version 3: the role-carrying task indexes
@@ -569,11 +578,7 @@ async def test_a_0007_database_numbers_its_streams_and_topics_keeping_every_even
         await _note_task(h, c.id)
         await c.append("assistant", f"second of {session}")
         await h.close()
-    engine = _engine(fresh_url)
-    with engine.begin() as conn:
-        _unnumbered(conn)
-        conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0007'"))
-    engine.dispose()
+    _as_0007(fresh_url)
     before = _event_log(fresh_url)
     assert len({r[2] for r in before}) >= 4 and len({r[4] for r in before}) >= 4
     monkeypatch.delenv("PICO_UPGRADE_SCHEMA", raising=False)
@@ -613,11 +618,7 @@ async def test_check_replay_rebuild_and_migrate_refuse_an_older_schema_instead_o
     h = await pico.Harness.open(fresh_url, session="a")
     await (await h.root()).append("user", "one")
     await h.close()
-    engine = _engine(fresh_url)
-    with engine.begin() as conn:
-        _unnumbered(conn)
-        conn.execute(sa.text(f"UPDATE {schema.VERSION_TABLE} SET version_num = '0007'"))
-    engine.dispose()
+    _as_0007(fresh_url)
     before = _fingerprint(fresh_url)
     target = f"jsonl:///{tmp_path / 'copy'}"
     for tool in (

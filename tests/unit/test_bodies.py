@@ -17,10 +17,10 @@ from pico.domain.task import Task
 from pico.infrastructure.sql import bodies
 from pico.infrastructure.sql.bodies import (
     DEFLATE,
+    TASK_STATE,
     BodyFormatError,
     decode,
     encode,
-    encode_state,
     encode_text,
     readable,
     stored_text,
@@ -190,7 +190,7 @@ def test_a_body_that_does_not_decode_says_why_and_reads_as_its_stored_bytes(
     ],
 )
 def test_a_task_state_round_trips_deflated_when_that_is_smaller(state: str) -> None:
-    stored = encode_state(state)
+    stored = encode_text(TASK_STATE, state)
     assert stored_text(stored) == state
     if stored != state.encode():
         # Deflated with the task-state dictionary, smaller than its JSON.
@@ -203,7 +203,7 @@ def test_a_task_state_stored_as_text_or_damaged_reads_as_text_that_is_no_json() 
     # A row from before revision 0008 (JSON text), as SQLite returns a TEXT value.
     assert stored_text('{"inputs":[1]}') == '{"inputs":[1]}'
     assert stored_text(memoryview(b'{"inputs":[1]}')) == '{"inputs":[1]}'
-    stored = encode_state('{"inputs":[86],"tools":["read","grep"],"model":"default"}')
+    stored = encode_text(TASK_STATE, '{"inputs":[86],"tools":["read","grep"],"model":"default"}')
     for damaged in (stored[:-3], b"\xff\xfe{}", b'"caf\xe9"', bytes((DEFLATE, 200)) + stored[2:]):
         text = stored_text(damaged)  # never a UnicodeDecodeError
         assert text.startswith("<stored value is damaged (") and damaged[:4].hex() in text
