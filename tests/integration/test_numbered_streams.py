@@ -18,6 +18,7 @@ from pico.infrastructure.sql import recorder as recorder_module
 from pico.infrastructure.sql import schema
 from pico.infrastructure.sql.store import SqlDatabase, SqlRecorder
 from tests.backends import require_postgres
+from tests.integration.test_migrations import scratch_postgres
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -170,16 +171,27 @@ def test_each_session_is_numbered_once_and_reads_only_its_own_events(db: SqlData
         rec.close()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def own_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the test's own (a test that deletes a shared topic row must not
+    share the PostgreSQL test database)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'a.db'}"
+        return
+    with scratch_postgres("tampering with numbers") as url:
+        yield url
+
+
 @pytest.mark.parametrize("table", ["pico_streams", "pico_topics"])
 async def test_an_event_whose_number_names_no_row_is_reported_at_its_position(
-    tmp_path: Path, table: str
+    own_url: str, table: str
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+    url = own_url
     h = await pico.Harness.open(url, session="s")
     c = await h.root()
     await c.append("user", "one")
     await h.close()
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         # The last entry's event, its stream or topic row deleted behind pico's back.
         position = conn.execute(
