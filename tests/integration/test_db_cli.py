@@ -209,7 +209,7 @@ def test_db_sql_rejects_unknown_revisions_dialects_and_backwards_ranges(
 ) -> None:
     for args, says in (
         (("--dialect", "oracle"), "unknown SQL dialect 'oracle'"),
-        (("--from", "0009"), "'0009' is not a pico schema revision"),
+        (("--from", "0099"), "'0099' is not a pico schema revision"),
         (("--from", "0003", "--to", "0002"), "older than the starting revision"),
         (("--legacy",), "--legacy needs --from"),
     ):
@@ -223,6 +223,6 @@ def test_db_history_lists_every_revision_oldest_first_and_marks_head(app: typer.
     code, out, _ = invoke(app, "db", "history")
     assert code == 0
     revisions = [line.split()[0] for line in out.splitlines()[1:] if line[:1].isdigit()]
-    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008"]
+    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"]
     assert revisions[-1] == HEAD
     assert f"{HEAD} (head)" in out and "pre-Alembic" in out

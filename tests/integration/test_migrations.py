@@ -406,7 +406,7 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     c = await h.root()
     assert [e.content for e in (await c.entries()).items] == ["written before Alembic"]
     await h.close()
-    assert _stamp(fresh_url) == HEAD == "0008"
+    assert _stamp(fresh_url) == HEAD == "0009"
     assert _drift(fresh_url) == []
 
 
@@ -534,7 +534,7 @@ async def test_a_0006_database_upgrades_to_deflated_bodies_without_rewriting_its
     ]
     await h.close()
     new = _bodies(fresh_url)[len(old) :]
-    assert new and all(b[0] == bodies.DEFLATE for b in new)
+    assert new and all(b[0] in (bodies.DEFLATE, bodies.ZSTD) for b in new)
     assert _stamp(fresh_url) == HEAD and _drift(fresh_url) == []
     assert (await pico.verify(fresh_url, session="s")).ok
 
@@ -642,6 +642,22 @@ async def test_a_pico_at_0006_refuses_deflated_bodies_as_newer_instead_of_callin
     assert any(b[0] == bodies.DEFLATE for b in _bodies(fresh_url))
     # The schema check of a pico whose newest revision is 0006.
     monkeypatch.setattr(schema, "REVISIONS", schema.REVISIONS[: schema.REVISIONS.index("0007")])
+    for read_only in (False, True):
+        with pytest.raises(pico.ConfigurationError, match="Upgrade pico") as refused:
+            await pico.Harness.open(fresh_url, session="s", read_only=read_only)
+        assert f"revision {HEAD}" in str(refused.value)
+        assert not isinstance(refused.value, pico.StorageCorruptError)
+
+
+async def test_a_pico_at_0008_refuses_zstd_bodies_as_newer_instead_of_calling_them_corrupt(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = await pico.Harness.open(fresh_url, session="s")
+    await (await h.root()).append("user", "compressed with zstd")
+    await h.close()
+    assert any(b[0] == bodies.ZSTD for b in _bodies(fresh_url))
+    # The schema check of a pico whose newest revision is 0008 (deflate only).
+    monkeypatch.setattr(schema, "REVISIONS", schema.REVISIONS[: schema.REVISIONS.index("0009")])
     for read_only in (False, True):
         with pytest.raises(pico.ConfigurationError, match="Upgrade pico") as refused:
             await pico.Harness.open(fresh_url, session="s", read_only=read_only)

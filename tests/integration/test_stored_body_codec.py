@@ -1,7 +1,8 @@
-"""Event bodies on SQLite and PostgreSQL are stored deflated (``infrastructure/sql/
-bodies.py``, schema revision 0007): the same bytes on both, JSON to everything that reads
-them through pico (``pico audit``), and a deflated body that does not inflate is reported
-by a read, ``pico verify`` and ``pico check`` at its position, like any damaged body."""
+"""Event bodies on SQLite and PostgreSQL are stored compressed (``infrastructure/sql/
+bodies.py``: deflate from schema revision 0007, zstd for the frequent topics from 0009):
+the same bytes on both, JSON to everything that reads them through pico (``pico audit``),
+and a body that does not decompress is reported by a read, ``pico verify`` and ``pico
+check`` at its position, like any damaged body."""
 
 from __future__ import annotations
 
@@ -18,9 +19,13 @@ from eventsourcing.domain import DomainEvent
 import pico
 from pico.infrastructure.cli.app import app, run
 from pico.infrastructure.container import open_storage
-from pico.infrastructure.sql.bodies import DEFLATE
+from pico.infrastructure.sql import bodies
+from pico.infrastructure.sql.bodies import DEFLATE, ZSTD
 from tests.backends import Backend, make_backend
 from tests.contract.test_stored_bodies import _clock, _stream, _tokens
+
+#: The topics whose new bodies are zstd frames (revision 0009).
+_ZSTD_TOPICS = {t for t, i in bodies.ENCODE_WITH.items() if bodies.DICTIONARIES[i].codec == "zstd"}
 
 
 def _rows(backend: Backend, session: str, sql: str = "") -> list[tuple[Any, ...]]:
@@ -51,7 +56,7 @@ def _write(backend: Backend, position: int, body: bytes) -> None:
         pg.execute("UPDATE pico_events SET state = %s WHERE id = %s", (body, position))
 
 
-async def test_sqlite_and_postgresql_store_the_same_deflated_bytes(
+async def test_sqlite_and_postgresql_store_the_same_compressed_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = "deflated-" + uuid.uuid4().hex[:8]
@@ -63,9 +68,11 @@ async def test_sqlite_and_postgresql_store_the_same_deflated_bytes(
         decoded = await _stream(backend.url, session)
         monkeypatch.undo()
         raw = _rows(backend, session)
-        # Check: every body is deflated (none here is too small to shrink) ...
+        # Check: every body is compressed with its topic's codec (none here is too small to
+        # shrink): zstd for the frequent topics, deflate for the others ...
         assert len(raw) == len(decoded) > 50
-        assert all(r[4][0] == DEFLATE for r in raw)
+        assert all(r[4][0] == (ZSTD if r[3] in _ZSTD_TOPICS else DEFLATE) for r in raw)
+        assert {r[4][0] for r in raw} == {ZSTD, DEFLATE}
         assert sum(len(r[4]) for r in raw) < sum(len(d[3]) for d in decoded) / 2
         # ... and pico reads back the JSON the stream wrote.
         assert all(d[3].startswith(b"{") for d in decoded)
@@ -73,7 +80,7 @@ async def test_sqlite_and_postgresql_store_the_same_deflated_bytes(
     assert stored["sqlite"] == stored["postgresql"]
 
 
-def test_pico_audit_shows_the_json_of_deflated_bodies(
+def test_pico_audit_shows_the_json_of_compressed_bodies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     backend = make_backend("sqlite", tmp_path)
@@ -84,7 +91,9 @@ def test_pico_audit_shows_the_json_of_deflated_bodies(
 
     asyncio.run(write())  # the command runs its own event loop
     raw = _rows(backend, backend.session)
-    assert not any(b"Inspect the parser" in r[4] for r in raw)  # deflated on disk
+    # Compressed on disk (zstd may keep a short text's bytes as they are, deflate does not).
+    entry = next(r[4] for r in raw if r[3].endswith("EntryAppended"))
+    assert entry[0] == ZSTD and b'"content"' not in entry
     assert run(app, ["audit", backend.url, "--session", backend.session, "--quiet"]) == 0
     out = capsys.readouterr().out
     assert '"event": "Conversation.EntryAppended"' in out
@@ -96,18 +105,23 @@ def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return make_backend(request.param, tmp_path)
 
 
-async def test_a_deflated_body_that_does_not_inflate_is_reported_at_its_position(
-    sql: Backend,
+@pytest.mark.parametrize(
+    ("topic", "codec"), [("EntryAppended", ZSTD), ("Conversation.Deleted", DEFLATE)]
+)
+async def test_a_compressed_body_that_does_not_decompress_is_reported_at_its_position(
+    sql: Backend, topic: str, codec: int
 ) -> None:
     async with await sql.open() as h:
         c = await h.root()
         await c.append("user", "Inspect the parser")
         await c.append("assistant", "It recurses per token")
         await c.append("user", "Use a loop")
-    rows = _rows(sql, sql.session, "AND t.topic LIKE '%%EntryAppended'")
-    position, state = rows[1][0], rows[1][4]
-    assert state[0] == DEFLATE
-    _write(sql, position, state[:-4])  # the deflate stream cut short
+        # A topic without a dictionary of its own: the fallback's (deflate).
+        await h.delete_conversation(await h.command(lambda tx: tx.create_conversation()))
+    rows = _rows(sql, sql.session, f"AND t.topic LIKE '%%{topic}'")
+    position, state = rows[-1][0], rows[-1][4]
+    assert state[0] == codec
+    _write(sql, position, state[:-4])  # the zstd frame or deflate stream cut short
 
     # Check: a read of the log names the event (never a zlib.error) ...
     storage: Any = open_storage(sql.url, session=sql.session, durability=None, read_only=True)

@@ -1,11 +1,15 @@
 """The stored-body codec of the SQL backends (``pico.infrastructure.sql.bodies``): every
 topic round-trips, JSON bodies read unchanged, a damaged body is a ``BodyFormatError``
-(never a raw ``zlib.error``), and the shipped dictionaries never change."""
+(never a raw ``zlib.error`` or ``zstandard.ZstdError``), and the shipped dictionaries never
+change."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import struct
+import threading
+import zlib
 
 import pytest
 from eventsourcing.domain import Aggregate
@@ -18,6 +22,7 @@ from pico.infrastructure.sql import bodies
 from pico.infrastructure.sql.bodies import (
     DEFLATE,
     TASK_STATE,
+    ZSTD,
     BodyFormatError,
     decode,
     encode,
@@ -26,8 +31,8 @@ from pico.infrastructure.sql.bodies import (
     stored_text,
 )
 
-#: id -> (topic, wbits, sha256 of the bytes). A stored body names its dictionary forever:
-#: a shipped dictionary is never edited, only added under a new id.
+#: id -> (topic, wbits, sha256 of the bytes[, codec when not deflate]). A stored body names
+#: its dictionary forever: a shipped dictionary is never edited, only added under a new id.
 PINNED = {
     1: (None, 11, "89c6a2c5f8f50d871b8cd6db287aff08889d894c1e86321b47c9fc7242333c74"),
     2: (
@@ -80,6 +85,49 @@ PINNED = {
         11,
         "388e6595a706e66dfc18eed3e4eefa7ba30177d0193e21bb293052e32b8ae48e",
     ),
+    # zstd (revision 0009), trained dictionaries.
+    12: (
+        "pico.domain.conversation:Conversation.ContextAppended",
+        0,
+        "482f31d4a606ac7cc5cb7dc6d31df054ac4e860c807b4229e0a89a8c98491187",
+        "zstd",
+    ),
+    13: (
+        "pico.domain.conversation:Conversation.EntryAppended",
+        0,
+        "c24228a8c3d2822158bc1f0d55503a317c49240fcc4a3930a690579897a7082d",
+        "zstd",
+    ),
+    14: (
+        "pico.domain.session:Session.Committed",
+        0,
+        "832dc66eec2270d30331e82192c034108976c0c4060510d1fb86ba6322e41183",
+        "zstd",
+    ),
+    15: (
+        "pico.domain.session:Session.ValueSet",
+        0,
+        "d457e0f3d7d3140589c929736f0c04944be4487e879fc0602220464bcc1a4453",
+        "zstd",
+    ),
+    16: (
+        "pico.domain.session:Session.WorkingScopeRetired",
+        0,
+        "35603f2c51212a59f424392d28867a52aeaf7c061d487c5bbaa4ed2e4d405e93",
+        "zstd",
+    ),
+    17: (
+        "pico.domain.task:Task.Created",
+        0,
+        "cda0dc43996715b8ba945541c0975503542a3ef50f1994e8d06426101cf5dac6",
+        "zstd",
+    ),
+    18: (
+        "pico.domain.task:Task.Patched",
+        0,
+        "0931cfa63bc4c9f18bebd38d36dbf6dfe6b43e47f4529b18e6dc519f7e491d45",
+        "zstd",
+    ),
 }
 
 
@@ -108,23 +156,67 @@ def _body(topic: str) -> bytes:
 def test_the_shipped_dictionaries_are_never_edited() -> None:
     shipped = {
         i: (d.topic, d.wbits, hashlib.sha256(d.data).hexdigest())
+        + (() if d.codec == "deflate" else (d.codec,))
         for i, d in bodies.DICTIONARIES.items()
     }
     assert shipped == PINNED
-    # Each fits its window (deflate would use only the window's last bytes).
-    assert all(len(d.data) <= 1 << d.wbits for d in bodies.DICTIONARIES.values())
+    # Each deflate dictionary fits its window (deflate would use only the window's last bytes).
+    deflate = [d for d in bodies.DICTIONARIES.values() if d.codec == "deflate"]
+    assert len(deflate) == 11 and all(len(d.data) <= 1 << d.wbits for d in deflate)
 
 
 @pytest.mark.parametrize("topic", [*_topics(), "someone.elses:Thing.Happened"])
-def test_every_topic_round_trips_deflated_with_its_own_dictionary_or_the_fallback(
+def test_every_topic_round_trips_compressed_with_its_own_dictionary_or_the_fallback(
     topic: str,
 ) -> None:
     body = _body(topic)
     stored = encode(topic, body)
-    assert stored[0] == DEFLATE and len(stored) < len(body)
-    assert stored[1] == bodies.ENCODE_WITH.get(topic, bodies.FALLBACK)
+    used = bodies.DICTIONARIES[bodies.ENCODE_WITH.get(topic, bodies.FALLBACK)]
+    assert stored[:2] == bytes((ZSTD if used.codec == "zstd" else DEFLATE, used.id))
+    assert len(stored) < len(body)
     assert decode(stored) == body and readable(stored) == body
-    assert encode(topic, body) == stored  # deterministic: the copy starts where the last did
+    assert encode(topic, body) == stored  # deterministic: each body starts afresh
+
+
+def test_the_frequent_event_topics_encode_with_zstd_and_the_read_model_with_deflate() -> None:
+    zstd = {t for t, i in bodies.ENCODE_WITH.items() if bodies.DICTIONARIES[i].codec == "zstd"}
+    assert zstd == {t for t in bodies.ENCODE_WITH if ":" in t}
+    assert len(zstd) == 7 and bodies.DICTIONARIES[bodies.FALLBACK].codec == "deflate"
+    assert encode(TASK_STATE, b'{"inputs":[86],"tools":["read","grep"]}')[0] == DEFLATE
+
+
+def test_older_bodies_still_decode_after_their_topic_moved_to_zstd() -> None:
+    # What revisions 0007-0008 wrote for a topic that now encodes with zstd: deflate with
+    # the topic's deflate dictionary (8), read as before.
+    topic = "pico.domain.task:Task.Patched"
+    body = _body(topic)
+    d = bodies.DICTIONARIES[8]
+    deflater = zlib.compressobj(6, zlib.DEFLATED, -d.wbits, 2, zdict=d.data)
+    old = bytes((DEFLATE, 8)) + deflater.compress(body) + deflater.flush()
+    assert decode(old) == body and encode(topic, body)[0] == ZSTD
+
+
+def test_bodies_encode_and_decode_on_many_threads_at_once() -> None:
+    # A zstd compressor or decompressor must not be shared by two threads: each thread has
+    # its own, so concurrent sessions' writers and readers never corrupt each other.
+    topics = [t for t in bodies.ENCODE_WITH if ":" in t]
+    start = threading.Barrier(4)
+    failures: list[str] = []
+
+    def work(n: int) -> None:
+        start.wait()
+        for i in range(300):
+            topic = topics[(n + i) % len(topics)]
+            body = _body(f"{topic} {n} {i}")
+            if decode(encode(topic, body)) != body:
+                failures.append(f"{n}/{i}")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
 
 
 def test_the_topics_of_the_2000_turn_workload_have_dictionaries_of_their_own() -> None:
@@ -153,7 +245,23 @@ def test_a_body_rewritten_as_text_reads_as_its_utf8_bytes() -> None:
 
 
 def _stored() -> bytes:
+    """A deflated body (the fallback's dictionary)."""
+    return encode("someone.elses:Thing.Happened", _body("pico.domain.task:Task.Patched"))
+
+
+def _zstd() -> bytes:
     return encode("pico.domain.task:Task.Patched", _body("pico.domain.task:Task.Patched"))
+
+
+def _huge() -> bytes:
+    """A zstd body whose frame header claims 2**45 bytes of content (a damaged header): the
+    one-shot decompressor would allocate that much first."""
+    stored = _zstd()
+    descriptor = stored[2]
+    assert descriptor & 0x20  # single segment: the content size is the window
+    claims = bytes(((descriptor & 0x3F) | 0xC0,)) + struct.pack("<Q", 1 << 45)
+    size_bytes = {0: 1, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
+    return stored[:2] + claims + stored[3 + size_bytes :]
 
 
 @pytest.mark.parametrize(
@@ -163,9 +271,17 @@ def _stored() -> bytes:
         (_stored() + b"\x00\x01", "bytes after its deflate stream"),
         (bytes((DEFLATE, 200)) + _stored()[2:], "dictionary 200, which this pico does not have"),
         (bytes((DEFLATE, 3)) + b"\xff\xff\xff\xff", "does not inflate"),
-        (b"\x02" + _stored()[1:], "neither JSON nor a deflated body"),
-        (b"\x01", "neither JSON nor a deflated body"),
-        (b"", "neither JSON nor a deflated body"),
+        (b"\x03" + _stored()[1:], "neither JSON nor a compressed body"),
+        (b"\x01", "neither JSON nor a compressed body"),
+        (b"", "neither JSON nor a compressed body"),
+        (_zstd()[:-3], "does not decompress|cut short"),
+        (_zstd() + b"\x00\x01", "2 bytes after its zstd frame"),
+        (bytes((ZSTD, 200)) + _zstd()[2:], "dictionary 200, which this pico does not have"),
+        (bytes((ZSTD, 8)) + _zstd()[2:], "says zstd with dictionary 8, which is a deflate"),
+        (bytes((DEFLATE, 18)) + _zstd()[2:], "says deflate with dictionary 18, which is a zstd"),
+        (bytes((ZSTD, 18)) + b"\xff\xff\xff\xff", "zstd frame is cut short"),
+        (bytes((ZSTD, 18)) + b"\x20\x10" + b"\xff" * 12, "does not decompress"),
+        (_huge(), "does not decompress"),
     ],
 )
 def test_a_body_that_does_not_decode_says_why_and_reads_as_its_stored_bytes(
