@@ -195,8 +195,10 @@ def test_well_formed_ids_and_positions_pass() -> None:
     with pytest.raises(InvalidArgumentError, match=r"ids\[1\] must be an integer id"):
         check_ids([1, True], "ids")
     assert check_ids({7}, "ids") == [7] and check_ids(iter([2]), "ids") == [2]
-    with pytest.raises(InvalidArgumentError, match="ids must be a list, tuple or set"):
-        check_ids("12", "ids")
+    assert check_ids(frozenset({4}), "ids") == [4] and check_ids(range(1, 3), "ids") == [1, 2]
+    for bad in ("12", b"12", {1: "a"}, 12, None):
+        with pytest.raises(InvalidArgumentError, match="ids must be a list, tuple or set"):
+            check_ids(bad, "ids")
     with pytest.raises(InvalidArgumentError, match="as_of must be an integer position from 0"):
         check_position(-1, "as_of")
 
