@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import pico
-from pico.infrastructure.sql.bodies import DEFLATE
+from pico.infrastructure.sql.bodies import DEFLATE, ZSTD
 
 SESSION = "s"
 PAGE = 4096
@@ -144,16 +144,17 @@ def _body_damage(sql: str, *params: Any) -> Callable[[Path, bytearray], bytes]:
     return _rewrite(lambda conn: conn.execute(sql, params))
 
 
-def _deflate_damage(
-    event: str, damage: Callable[[bytes], bytes]
+def _compressed_damage(
+    event: str, damage: Callable[[bytes], bytes], codec: int
 ) -> Callable[[Path, bytearray], bytes]:
-    """Damage the deflated body of the event at position ``event`` (SQL)."""
+    """Damage the compressed body (``codec``: deflate or zstd) of the event at position
+    ``event`` (SQL)."""
 
     def change(conn: sqlite3.Connection) -> None:
         position, state = conn.execute(
             f"SELECT id, state FROM pico_events WHERE id = {event}"
         ).fetchone()
-        assert state[0] == DEFLATE
+        assert state[0] == codec
         conn.execute("UPDATE pico_events SET state = ? WHERE id = ?", (damage(state), position))
 
     return _rewrite(change)
@@ -213,12 +214,18 @@ BODIES: dict[str, Callable[[Path, bytearray], bytes]] = {
     "conversation-event-not-json": _body_damage(
         f"UPDATE pico_events SET state = ? WHERE id = {_LAST_CONVERSATION_EVENT}", b"\x00\x01"
     ),
-    "session-event-deflate-cut-short": _deflate_damage(_LAST_SESSION_EVENT, lambda b: b[:-4]),
-    "session-event-deflate-unknown-dictionary": _deflate_damage(
-        _LAST_SESSION_EVENT, lambda b: bytes((DEFLATE, 250)) + b[2:]
+    # The session's first event (Session.Created: no dictionary of its own, deflate) and
+    # the frequent topics' last (zstd).
+    "session-event-deflate-cut-short": _compressed_damage("1", lambda b: b[:-4], DEFLATE),
+    "session-event-deflate-unknown-dictionary": _compressed_damage(
+        "1", lambda b: bytes((DEFLATE, 250)) + b[2:], DEFLATE
     ),
-    "conversation-event-deflate-garbage": _deflate_damage(
-        _LAST_CONVERSATION_EVENT, lambda b: b[:2] + b"\xff" * 8
+    "session-event-zstd-cut-short": _compressed_damage(_LAST_SESSION_EVENT, lambda b: b[:-4], ZSTD),
+    "session-event-zstd-unknown-dictionary": _compressed_damage(
+        _LAST_SESSION_EVENT, lambda b: bytes((ZSTD, 250)) + b[2:], ZSTD
+    ),
+    "conversation-event-zstd-garbage": _compressed_damage(
+        _LAST_CONVERSATION_EVENT, lambda b: b[:2] + b"\xff" * 8, ZSTD
     ),
     "every-snapshot-not-json": _body_damage("UPDATE pico_snapshots SET state = ?", b"{"),
     "first-event-bad-utf8-text": _topic_damage("1", b"\xff\xfe\xfd"),
