@@ -7,6 +7,7 @@ boundary, so every backend gives the same typed answer to a malformed one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from pico.domain.errors import InvalidArgumentError
@@ -73,16 +74,20 @@ def check_id(value: object, what: str) -> int:
     raise invalid_argument(what, value, f"an integer id from 1 to {MAX_ID}")
 
 
+_COLLECTIONS = frozenset({list, tuple, set, frozenset})
+
+
 def check_ids(values: object, what: str) -> list[int]:
     """A collection of ids (a list, tuple, set or other iterable; never a str, bytes or
     mapping), each as ``check_id``; returns them as a new list."""
-    # The common concrete types first: the ABC checks below cost ~1 us (they run on every
-    # command that creates a task or appends to a context).
-    if not isinstance(values, (list, tuple, set, frozenset)) and (
-        isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable)
-    ):
+    # The exact built-in collections first: the ABC checks below cost ~0.5-1 us (they run
+    # on every command that creates a task or appends to a context).
+    if type(values) in _COLLECTIONS:
+        values = list(cast("Iterable[Any]", values))
+    elif isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
         raise invalid_argument(what, values, "a list, tuple or set of integer ids")
-    values = list(values)
+    else:
+        values = list(values)
     for i, value in enumerate(values):
         if not (type(value) is int and 0 < value <= MAX_ID):
             raise invalid_argument(f"{what}[{i}]", value, f"an integer id from 1 to {MAX_ID}")

@@ -433,7 +433,7 @@ def session_events(
         .execution_options(yield_per=1000)
     )
     for r in rows:
-        # Inflated; one that does not inflate (or was rewritten as TEXT), or whose stream
+        # Decompressed; one that does not decompress (or was rewritten as TEXT), or whose stream
         # or topic number names no row, is the codec's finding, at its position.
         yield event_from_row(r)
 

@@ -7,22 +7,23 @@ Only the SQL recorder encodes (``SqlRecorder.insert_events``) and decodes (every
 the hash chain (which hashes the JSON), migration, JSONL and memory are unchanged. A stored
 body is either
 
-- JSON (its first byte ``{``): every body written before revision 0007, and a body deflate
-  does not make smaller; or
+- JSON (its first byte ``{``): every body written before revision 0007, and a body its
+  codec does not make smaller; or
 - ``DEFLATE`` (``0x01``), the id of a dictionary (one byte), then the raw deflate stream
   (RFC 1951) of the JSON, primed with that dictionary and a window of ``2**wbits`` bytes; or
 - ``ZSTD`` (``0x02``), the id of a zstd dictionary, then one zstd frame (RFC 8878) of the
   JSON in zstd's magicless format: no magic number, checksum or dictionary id, the content
   size in its header (revision 0009). zstd with a trained dictionary writes the frequent
-  topics' bodies 5-6x faster than deflate, and 10-25% smaller (``ZSTD_DICTIONARIES``).
+  topics' bodies 5-6x faster than deflate, and 6-23% smaller (``ZSTD_DICTIONARIES``).
 
 Dictionaries are never edited once shipped: a stored body names its dictionary by id
 forever. A better dictionary takes a new id (the newest naming a topic encodes it; the
 older still decode) and a schema revision, so that a pico without it refuses the database
-instead of reporting bodies it cannot inflate; ``tests/unit/test_bodies.py`` pins every
+instead of reporting bodies it cannot decompress; ``tests/unit/test_bodies.py`` pins every
 dictionary's sha256. They were grown from the real bodies of the seed's 2,000-turn
 workload (``benchmarks/body_dictionaries.py`` says how; 20.69 MiB of bodies deflate to
-3.69 MiB), one per frequent topic and a fallback for every other.
+3.69 MiB), one per frequent topic and a fallback for every other; the zstd ones were trained
+by zstd on the same bodies (``--zstd``).
 
 Snapshots are written as JSON: deflating a long conversation's snapshot (~130 KB after
 2,000 turns) costs ~4.5 ms, more per turn than the events' codec, to save ~0.1 MiB of a
@@ -70,7 +71,7 @@ ZSTD_LEVEL: Final = 1
 
 
 class BodyFormatError(ValueError):
-    """A stored body that is neither JSON nor a deflated body this pico can inflate."""
+    """A stored body that is neither JSON nor a compressed body this pico can decompress."""
 
 
 @dataclass(frozen=True)
@@ -472,8 +473,9 @@ def encode(topic: str, body: bytes) -> bytes:
 
 
 #: The pseudo-topics of the read model's JSON columns (schema revision 0008): a task's
-#: current state and an entry's content and metadata, deflated like an event body
-#: (``encode_text``), each with a dictionary of its own. No event has them.
+#: current state and an entry's content and metadata, compressed like an event body
+#: (``encode_text``; deflate: zstd's frame costs more than these few dozen bytes save),
+#: each with a dictionary of its own. No event has them.
 TASK_STATE: Final = "pico_tasks.state"
 ENTRY_CONTENT: Final = "pico_entries.content"
 ENTRY_METADATA: Final = "pico_entries.metadata"
@@ -486,20 +488,20 @@ DEFLATED_COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
 
 def encode_text(topic: str, text: str) -> bytes:
     """The stored form of the JSON ``text`` of a read-model column (``topic``: one of the
-    pseudo-topics above): deflated, or the UTF-8 JSON itself when that is not smaller
-    (JSON never starts with ``0x01``)."""
+    pseudo-topics above): compressed, or the UTF-8 JSON itself when that is not smaller
+    (JSON never starts with ``0x01`` or ``0x02``)."""
     return encode(topic, text.encode())
 
 
 def stored_text(stored: Any) -> str:
-    """The JSON text of a stored read-model column (``encode_text``): inflated, or as it
-    is (JSON text written before revision 0008, or bytes too small to deflate). One that
-    does not inflate reads as its bytes' text, which is no JSON, so its reader reports it
-    as it reports any damaged value."""
+    """The JSON text of a stored read-model column (``encode_text``): decompressed (either
+    codec), or as it is (JSON text written before revision 0008, or bytes too small to
+    compress). One that does not decompress reads as its bytes' text, which is no JSON, so
+    its reader reports it as it reports any damaged value."""
     if isinstance(stored, str):
         return stored
     data = bytes(stored)
-    if data[:1] == b"\x01":
+    if data[:1] in _COMPRESSED:
         try:
             data = decode(data)
         except BodyFormatError as exc:
@@ -508,6 +510,9 @@ def stored_text(stored: Any) -> str:
         return data.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
         return _not_json(data, "not UTF-8")
+
+
+_COMPRESSED = (bytes((DEFLATE,)), bytes((ZSTD,)))
 
 
 def _not_json(data: bytes, why: str) -> str:
@@ -555,9 +560,21 @@ def decode(stored: bytes) -> bytes:
 
 
 def _unzstd(d: Dictionary, stored: bytes) -> bytes:
-    """A zstd body's JSON, decompressed as a stream: a damaged header's content size is
-    never allocated up front (the one-shot API would try), and a frame that does not end,
+    """A zstd body's JSON. pico writes every frame with its content size, so a frame
+    without one is refused before any output (a damaged or foreign frame could otherwise
+    expand a few KB into gigabytes), and zstd holds the output to the size the frame says.
+    Decompressed as a stream: the one-shot call allocates the header's size up front (a
+    damaged header claiming 2**45 bytes raised ``MemoryError``). A frame that does not end,
     or ends before the stored bytes do, is refused."""
+    frame = stored[2:]
+    try:
+        size = zstandard.get_frame_parameters(
+            frame, format=zstandard.FORMAT_ZSTD1_MAGICLESS
+        ).content_size
+    except zstandard.ZstdError as exc:
+        raise BodyFormatError(f"the stored body's zstd frame header is damaged ({exc})") from None
+    if size == zstandard.CONTENTSIZE_UNKNOWN:
+        raise BodyFormatError("the stored body's zstd frame does not say its size (pico's do)")
     decompressors = getattr(_local, "decompressors", None)
     if decompressors is None:
         decompressors = _local.decompressors = {}
@@ -569,15 +586,21 @@ def _unzstd(d: Dictionary, stored: bytes) -> bytes:
         )
     stream = decompressor.decompressobj()
     try:
-        body: bytes = stream.decompress(stored[2:])
+        body: bytes = stream.decompress(frame)
     except zstandard.ZstdError as exc:
         raise BodyFormatError(f"the stored body does not decompress ({exc})") from None
+    except MemoryError:
+        raise BodyFormatError(
+            f"the stored body's zstd frame says {size} bytes, more than this process can hold"
+        ) from None
     if not stream.eof:
         raise BodyFormatError("the stored body's zstd frame is cut short")
     if stream.unused_data:
         raise BodyFormatError(
             f"the stored body has {len(stream.unused_data)} bytes after its zstd frame"
         )
+    if len(body) != size:  # zstd checks it; a frame that lies about it is damaged
+        raise BodyFormatError(f"the stored body's zstd frame says {size} bytes, not {len(body)}")
     return body
 
 

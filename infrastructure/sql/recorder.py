@@ -108,7 +108,7 @@ class SqlRecorder(AggregateRecorder):
         new_session: list[tuple[str]] = []
         if self.is_events:
             sql = self._writer.sql(_INSERT_EVENT)
-            encode = bodies.encode  # deflated with the topic's dictionary (bodies.py)
+            encode = bodies.encode  # compressed with the topic's dictionary (bodies.py)
             rows: list[tuple[Any, ...]] = []
             known = self._known
             if stored_events and _SESSION_KEY + session_id not in known:
@@ -746,5 +746,5 @@ def event_from_row(row: Any) -> tuple[int, StoredEvent]:
 
 def _body(value: Any) -> bytes:
     """A stored body as the JSON bytes the codec above decodes (``bodies.readable``: a
-    body that does not inflate, or one rewritten as TEXT, is reported there)."""
+    body that does not decompress, or one rewritten as TEXT, is reported there)."""
     return bodies.readable(value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,39 @@ async def test_a_compressed_body_that_does_not_decompress_is_reported_at_its_pos
     decode = [f for f in checked.findings if f.kind == "decode"]
     assert [f.position for f in decode] == [position]
     assert f"position {position} (conversation/" in decode[0].message
+
+
+async def test_a_session_written_at_0008_and_continued_at_0009_reads_verifies_and_migrates(
+    sql: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a pico at 0008 wrote: every topic deflated, with its newest deflate dictionary.
+    deflate_only = {
+        topic: max(
+            d.id for d in bodies.DICTIONARIES.values() if d.codec == "deflate" and d.topic == topic
+        )
+        for topic in bodies.ENCODE_WITH
+    }
+    monkeypatch.setattr(bodies, "ENCODE_WITH", deflate_only)
+    monkeypatch.setattr(bodies, "_local", threading.local())  # no encoder cached yet
+    async with await sql.open() as h:
+        c = await h.root()
+        await c.append("user", "written at 0008")
+        await c.append("assistant", "deflated")
+    monkeypatch.undo()
+    async with await sql.open() as h:
+        c = await h.root()
+        await c.append("user", "written at 0009")
+        await c.append("assistant", "zstd")
+        assert [e.content for e in (await c.entries()).items] == [
+            "written at 0008",
+            "deflated",
+            "written at 0009",
+            "zstd",
+        ]
+    # Check: one stream holds both codecs ...
+    entries = _rows(sql, sql.session, "AND t.topic LIKE '%%EntryAppended'")
+    assert [r[4][0] for r in entries] == [DEFLATE, DEFLATE, ZSTD, ZSTD]
+    # ... the chain (over the JSON) verifies across them, and a copy proves equal.
+    assert (await pico.verify(sql.url, session=sql.session)).ok
+    report = await pico.migrate(sql.url, f"jsonl:///{tmp_path / 'copy'}", session=sql.session)
+    assert report.ok, report.lines()

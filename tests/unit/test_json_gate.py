@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -196,7 +197,11 @@ def test_well_formed_ids_and_positions_pass() -> None:
         check_ids([1, True], "ids")
     assert check_ids({7}, "ids") == [7] and check_ids(iter([2]), "ids") == [2]
     assert check_ids(frozenset({4}), "ids") == [4] and check_ids(range(1, 3), "ids") == [1, 2]
-    for bad in ("12", b"12", {1: "a"}, 12, None):
+
+    class ListMapping(list, Mapping):  # type: ignore[type-arg]
+        """A list that is also a mapping: refused as every mapping is."""
+
+    for bad in ("12", b"12", {1: "a"}, 12, None, ListMapping([1])):
         with pytest.raises(InvalidArgumentError, match="ids must be a list, tuple or set"):
             check_ids(bad, "ids")
     with pytest.raises(InvalidArgumentError, match="as_of must be an integer position from 0"):
