@@ -154,6 +154,7 @@ def build_zstd(db: Path) -> str:
         ENTRY_METADATA,
         FALLBACK,
         ZSTD_LEVEL,
+        ZSTD_PARAMETERS,
     )
 
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -172,20 +173,13 @@ def build_zstd(db: Path) -> str:
     con.close()
     events = sum(len(b) for t, b in by_topic.items() if ":" in t)
     own = sorted(t for t, b in by_topic.items() if ":" not in t or len(b) >= OWN_SHARE * events)
-    params = zstandard.ZstdCompressionParameters.from_level(
-        ZSTD_LEVEL,
-        format=zstandard.FORMAT_ZSTD1_MAGICLESS,
-        write_checksum=0,
-        write_content_size=1,
-        write_dict_id=0,
-    )
     out = [f"# zstd dictionaries of {ZSTD_SIZE} bytes, level {ZSTD_LEVEL} (from {db.name})"]
     for topic in own:
         bodies = by_topic[topic]
         half = len(bodies) // 2
         sample: list[Any] = random.Random(3).sample(bodies[:half], min(ZSTD_SAMPLE, half))
         trained = zstandard.train_dictionary(ZSTD_SIZE, sample, level=ZSTD_LEVEL, threads=1)
-        compressor = zstandard.ZstdCompressor(dict_data=trained, compression_params=params)
+        compressor = zstandard.ZstdCompressor(dict_data=trained, compression_params=ZSTD_PARAMETERS)
         rest = bodies[half:]
         # With the topic's newest deflate dictionary (the fallback's without one), as
         # ``bodies.encode`` deflates: a header of 2 bytes, the JSON kept when not smaller.

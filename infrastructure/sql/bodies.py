@@ -416,7 +416,9 @@ ENCODE_WITH, FALLBACK = _newest()
 _local = threading.local()
 _primed: dict[int, Any] = {}
 _zstd_dicts: dict[int, Any] = {}
-_ZSTD_PARAMS = zstandard.ZstdCompressionParameters.from_level(
+#: How every zstd body is written: magicless, no checksum or dictionary id, the content size
+#: in the header (``_unzstd`` refuses a frame without it).
+ZSTD_PARAMETERS: Final = zstandard.ZstdCompressionParameters.from_level(
     ZSTD_LEVEL,
     format=zstandard.FORMAT_ZSTD1_MAGICLESS,
     write_checksum=0,
@@ -429,7 +431,7 @@ def _zstd_dictionary(d: Dictionary) -> Any:
     found = _zstd_dicts.get(d.id)
     if found is None:
         found = zstandard.ZstdCompressionDict(d.data, dict_type=zstandard.DICT_TYPE_FULLDICT)
-        found.precompute_compress(compression_params=_ZSTD_PARAMS)
+        found.precompute_compress(compression_params=ZSTD_PARAMETERS)
         _zstd_dicts[d.id] = found
     return found
 
@@ -438,7 +440,7 @@ def _encoder(encoders: dict[str, Any], topic: str) -> tuple[bytes, Callable[[byt
     d = DICTIONARIES[ENCODE_WITH.get(topic, FALLBACK)]
     if d.codec == "zstd":
         compressor = zstandard.ZstdCompressor(
-            dict_data=_zstd_dictionary(d), compression_params=_ZSTD_PARAMS
+            dict_data=_zstd_dictionary(d), compression_params=ZSTD_PARAMETERS
         )
         found: tuple[bytes, Callable[[bytes], bytes]] = (bytes((ZSTD, d.id)), compressor.compress)
     else:

@@ -633,31 +633,21 @@ async def test_check_replay_rebuild_and_migrate_refuse_an_older_schema_instead_o
     assert _fingerprint(fresh_url) == before
 
 
-async def test_a_pico_at_0006_refuses_deflated_bodies_as_newer_instead_of_calling_them_corrupt(
-    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("newest", "marker"),
+    # A pico at 0006 reads only JSON bodies; one at 0008 also deflate, not zstd (0009).
+    [("0006", bodies.DEFLATE), ("0008", bodies.ZSTD)],
+)
+async def test_an_older_pico_refuses_newer_bodies_as_newer_instead_of_calling_them_corrupt(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch, newest: str, marker: int
 ) -> None:
     h = await pico.Harness.open(fresh_url, session="s")
-    await (await h.root()).append("user", "deflated")
+    await (await h.root()).append("user", "compressed")
     await h.close()
-    assert any(b[0] == bodies.DEFLATE for b in _bodies(fresh_url))
-    # The schema check of a pico whose newest revision is 0006.
-    monkeypatch.setattr(schema, "REVISIONS", schema.REVISIONS[: schema.REVISIONS.index("0007")])
-    for read_only in (False, True):
-        with pytest.raises(pico.ConfigurationError, match="Upgrade pico") as refused:
-            await pico.Harness.open(fresh_url, session="s", read_only=read_only)
-        assert f"revision {HEAD}" in str(refused.value)
-        assert not isinstance(refused.value, pico.StorageCorruptError)
-
-
-async def test_a_pico_at_0008_refuses_zstd_bodies_as_newer_instead_of_calling_them_corrupt(
-    fresh_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h = await pico.Harness.open(fresh_url, session="s")
-    await (await h.root()).append("user", "compressed with zstd")
-    await h.close()
-    assert any(b[0] == bodies.ZSTD for b in _bodies(fresh_url))
-    # The schema check of a pico whose newest revision is 0008 (deflate only).
-    monkeypatch.setattr(schema, "REVISIONS", schema.REVISIONS[: schema.REVISIONS.index("0009")])
+    assert any(b[0] == marker for b in _bodies(fresh_url))
+    # The schema check of a pico whose newest revision is ``newest``.
+    revisions = schema.REVISIONS
+    monkeypatch.setattr(schema, "REVISIONS", revisions[: revisions.index(newest) + 1])
     for read_only in (False, True):
         with pytest.raises(pico.ConfigurationError, match="Upgrade pico") as refused:
             await pico.Harness.open(fresh_url, session="s", read_only=read_only)
