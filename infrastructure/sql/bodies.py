@@ -52,6 +52,8 @@ __all__ = [
     "ENTRY_METADATA",
     "TASK_STATE",
     "ZSTD",
+    "ZSTD_LEVEL",
+    "ZSTD_PARAMETERS",
     "BodyFormatError",
     "Dictionary",
     "decode",
