@@ -111,14 +111,24 @@ class SqlRecorder(AggregateRecorder):
             encode = bodies.encode  # compressed with the topic's dictionary (bodies.py)
             rows: list[tuple[Any, ...]] = []
             known = self._known
-            if stored_events and _SESSION_KEY + session_id not in known:
+            # Joining an open deferred batch: what its earlier commands numbered is in it
+            # (a failure rolls them back with the batch and clears ``_unconfirmed``).
+            joined = self._writer.pending
+            added = self._unconfirmed if joined else _NONE
+            added_topics = self._unconfirmed_topics if joined else _NONE
+            session_key = _SESSION_KEY + session_id
+            if stored_events and session_key not in known and session_key not in added:
                 new_session.append((session_id,))
             for e in stored_events:
                 oid = _hex(e.originator_id)
                 topic = e.topic
-                if oid not in known and (oid,) not in new_streams:
+                if oid not in known and oid not in added and (oid,) not in new_streams:
                     new_streams.append((oid,))
-                if topic not in self._topics and (topic,) not in new_topics:
+                if (
+                    topic not in self._topics
+                    and topic not in added_topics
+                    and (topic,) not in new_topics
+                ):
                     new_topics.append((topic,))
                 rows.append((session_id, oid, e.originator_version, topic, encode(topic, e.state)))
             if new_topics and self.db.dialect == "postgresql":
@@ -339,6 +349,7 @@ _INSERT_EVENT = (
     "(SELECT id FROM pico_streams WHERE originator_id = ?), ?, "
     "(SELECT id FROM pico_topics WHERE topic = ?), ?)"
 )
+_NONE: frozenset[str] = frozenset()
 #: A session's key among the writer's known numbers (no stream id or topic starts so).
 _SESSION_KEY = "\x00session "
 _ADD_SESSION = {

@@ -119,6 +119,40 @@ def test_a_session_open_batch_never_makes_another_session_wait_for_a_shared_topi
         b.close()
 
 
+class _Counted(dict[str, str]):
+    """A statement table that counts its lookups (one per batch that adds such rows)."""
+
+    looked = 0
+
+    def __getitem__(self, key: str) -> str:
+        self.looked += 1
+        return super().__getitem__(key)
+
+
+def test_commands_joining_an_open_batch_do_not_number_again_what_it_numbered(
+    db: SqlDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    streams = _Counted(recorder_module._ADD_STREAM)
+    sessions = _Counted(recorder_module._ADD_SESSION)
+    monkeypatch.setattr(recorder_module, "_ADD_STREAM", streams)
+    monkeypatch.setattr(recorder_module, "_ADD_SESSION", sessions)
+    rec = SqlRecorder(db)
+    try:
+        oid, session = uuid.uuid4(), f"s-{uuid.uuid4().hex[:8]}"
+        rec.insert_events([StoredEvent(oid, 1, _topic(), b"{}")], defer=True, session_id=session)
+        assert (streams.looked, sessions.looked) == (1, 1)
+        rec.insert_events([StoredEvent(oid, 2, _topic(), b"{}")], defer=True, session_id=session)
+        rec.insert_events([StoredEvent(oid, 3, _topic(), b"{}")], session_id=session)
+        # Check: the stream and session rows were added once, by the batch's first command ...
+        assert (streams.looked, sessions.looked) == (1, 1)
+        # ... and every event of the batch names them.
+        assert [v for _, v, _ in _numbers(db, oid)] == [1, 2, 3]
+        found = rec.select_session_events(session, after=0, limit=10)
+        assert [e.originator_version for _, e in found] == [1, 2, 3]
+    finally:
+        rec.close()
+
+
 def test_a_writer_past_its_memory_of_numbered_streams_adds_their_rows_idempotently(
     db: SqlDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
