@@ -69,33 +69,27 @@ metadata = MetaData()
 # SQLite's rowid alias must be INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
 _Id = BigInteger().with_variant(Integer(), "sqlite")
 
+
+def _numbering(name: str, column: str, type_: Any, unique: str) -> Table:
+    """A table numbering each distinct value of ``column`` at its first use (0008)."""
+    return Table(
+        name,
+        metadata,
+        Column("id", _Id, primary_key=True, autoincrement=True),
+        Column(column, type_, nullable=False),
+        UniqueConstraint(column, name=unique),
+    )
+
+
 # An event row names its stream and its topic by number (revision 0008): the 32-character
 # stream id and the ~40-character topic were most of every row and, as random UUID keys,
 # scattered each command's writes over the stream index. ``event_log`` joins them back.
-topics = Table(
-    "pico_topics",
-    metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("topic", Text, nullable=False),
-    UniqueConstraint("topic", name="pico_topics_topic"),
-)
-
-streams = Table(
-    "pico_streams",
-    metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("originator_id", String(32), nullable=False),
-    UniqueConstraint("originator_id", name="pico_streams_originator"),
-)
-
+topics = _numbering("pico_topics", "topic", Text, "pico_topics_topic")
+streams = _numbering("pico_streams", "originator_id", String(32), "pico_streams_originator")
 # The sessions of the event log, numbered at their first event: a session's events are
 # read by (number, position), an index of a few bytes an event whatever the session's id.
-session_numbers = Table(
-    "pico_session_numbers",
-    metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("session_id", String(200), nullable=False),
-    UniqueConstraint("session_id", name="pico_session_numbers_session"),
+session_numbers = _numbering(
+    "pico_session_numbers", "session_id", String(200), "pico_session_numbers_session"
 )
 
 events = Table(
