@@ -40,6 +40,7 @@ from pico.domain.errors import (
 from pico.domain.ids import conversation_uuid, session_uuid, task_uuid
 from pico.domain.session import MAIN, Session
 from pico.domain.task import Task
+from pico.domain.trigger import stamp_command, unstamp_command
 from pico.domain.values import TaskSnapshot
 
 __all__ = ["CommandLine"]
@@ -267,21 +268,25 @@ class CommandLine:
                 self.check_usable(write=True)
                 tx = self._building = Command(self, working=working)
                 tx.task = task
+                stamp = stamp_command()  # one timestamp for the command's events
                 try:
-                    # Every read of the builder sees one committed snapshot (§7.3).
-                    with self.storage.snapshot():
-                        result = build(WorkingCommand(tx) if working is not None else tx)
-                        if inspect.isawaitable(result):
-                            result = await result
-                except BaseException:
-                    self._discard(tx)
-                    raise
+                    try:
+                        # Every read of the builder sees one committed snapshot (§7.3).
+                        with self.storage.snapshot():
+                            result = build(WorkingCommand(tx) if working is not None else tx)
+                            if inspect.isawaitable(result):
+                                result = await result
+                    except BaseException:
+                        self._discard(tx)
+                        raise
+                    finally:
+                        self._building = None
+                        tx.seal()
+                    if tx.first is None or tx.last is None:
+                        return result  # no mutations: nothing is committed
+                    self._persist(tx, defer=defer, span=span if span.is_recording() else None)
                 finally:
-                    self._building = None
-                    tx.seal()
-                if tx.first is None or tx.last is None:
-                    return result  # no mutations: nothing is committed
-                self._persist(tx, defer=defer, span=span if span.is_recording() else None)
+                    unstamp_command(stamp)
         # A save blocks the loop and an uncontended lock never suspends: without a yield,
         # a task running commands in a loop would starve every other coroutine of the
         # process (other sessions, the lease heartbeats) until it stopped. Once per
@@ -298,15 +303,19 @@ class CommandLine:
         """The same as ``run`` for synchronous builders, for use outside an event loop."""
         self.check_usable(write=True)
         tx = Command(self)
+        stamp = stamp_command()
         try:
-            result = build(tx)
-        except BaseException:
-            self._discard(tx)
-            raise
+            try:
+                result = build(tx)
+            except BaseException:
+                self._discard(tx)
+                raise
+            finally:
+                tx.seal()
+            if tx.first is not None:
+                self._persist(tx)
         finally:
-            tx.seal()
-        if tx.first is not None:
-            self._persist(tx)
+            unstamp_command(stamp)
         return result
 
     def _discard(self, tx: Command) -> None:

@@ -23,6 +23,7 @@ from pico.domain.errors import (
 )
 from pico.domain.exchange import EntryRef, ExchangeDelta, complete_exchange
 from pico.domain.ids import conversation_uuid
+from pico.domain.trigger import create_aggregate
 from pico.domain.trigger import trigger_event as fast_trigger_event
 
 __all__ = ["Conversation"]
@@ -196,7 +197,10 @@ class Conversation(Aggregate):
             lineage.append([src_id, as_of])
             lineage.extend([int(a), min(int(c), as_of)] for a, c in source_lineage)
         delta = complete_exchange(conversation_id, context, refs or {})
-        return cls(
+        # The library's constructor less its per-call overhead (domain/trigger.py).
+        conv: Conversation = create_aggregate(
+            cls,
+            cls.Created,
             session_id=session_id,
             conversation_id=conversation_id,
             seq=conversation_id,
@@ -209,6 +213,7 @@ class Conversation(Aggregate):
             calls=delta.calls,
             answers=delta.answers,
         )
+        return conv
 
     # ------------------------------------------------------------------ commands
 

@@ -93,6 +93,7 @@ class _PlainEventMapper(Mapper[UUID]):
         super().__init__(transcoder=transcoder)
         self._plain: dict[type, str | None] = {}  # class -> topic, None: not plain
         self._plain_classes: dict[str, Any] = {}  # topic -> plain class, None: not plain
+        self._last_stamp: tuple[datetime | None, str] = (None, "")
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         cls = type(domain_event)
@@ -106,7 +107,12 @@ class _PlainEventMapper(Mapper[UUID]):
         originator_version = state.pop("originator_version")
         stamp = state.get("timestamp")
         if type(stamp) is datetime:
-            state["timestamp"] = {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()}
+            # A command's events share one timestamp object (domain/trigger.py): its text
+            # is made once. One tuple, replaced whole: threads may share the mapper.
+            last = self._last_stamp
+            if last[0] is not stamp:
+                last = self._last_stamp = (stamp, stamp.isoformat())
+            state["timestamp"] = {"_type_": DatetimeAsISO.name, "_data_": last[1]}
         version = getattr(cls, "class_version", 1)
         if version > 1:  # where the library's mapper writes it: last
             state["class_version"] = version

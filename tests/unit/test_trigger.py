@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,10 +18,11 @@ from eventsourcing.domain import Aggregate
 
 import pico
 from pico import FauxProvider, FauxResponse, ToolContext
+from pico.domain import conversation as conversation_module
 from pico.domain.conversation import Conversation
 from pico.domain.session import Session
 from pico.domain.task import Task
-from pico.domain.trigger import trigger_event
+from pico.domain.trigger import _SLOT, trigger_event
 from pico.infrastructure.memory import named_database
 
 PLAN = pico.conversation_value("t.plan", int)
@@ -67,17 +69,21 @@ def _stored(name: str) -> list[tuple[Any, ...]]:
     return [(e.originator_id, e.originator_version, e.topic, e.state) for e in db.log["s"]]
 
 
-def _fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every event's timestamp from a fresh counter, and the claim's owner name from
-    another, so two runs stamp alike."""
+def _fixed_clock(monkeypatch: pytest.MonkeyPatch, *, command_stamps: bool = False) -> None:
+    """Every clock reading from a fresh counter, and the claim's owner name from another,
+    so two runs stamp alike. pico reads the clock once a command (``stamp_command``);
+    ``command_stamps`` gives the library's ``trigger_event``, which reads it for every
+    event, the command's reading while one is stamped, as pico's events carry it."""
     start = datetime(2026, 12, 2, tzinfo=UTC)
     ticks = itertools.count()
     owners = itertools.count()
-    monkeypatch.setattr(
-        Aggregate.Event,
-        "create_timestamp",
-        classmethod(lambda cls: start + timedelta(microseconds=next(ticks))),
-    )
+
+    def clock(cls: Any) -> datetime:
+        if command_stamps and _SLOT.stamp is not None:
+            return _SLOT.stamp
+        return start + timedelta(microseconds=next(ticks))
+
+    monkeypatch.setattr(Aggregate.Event, "create_timestamp", classmethod(clock))
     # The claim names its owner with uuid.uuid4() (application/line.py).
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(owners)))
 
@@ -92,7 +98,8 @@ def test_the_fast_trigger_stores_what_the_library_stores(
         assert cls.trigger_event is trigger_event
         monkeypatch.setattr(cls, "trigger_event", Aggregate.trigger_event)
     monkeypatch.setattr(Task, "start", classmethod(_library_start))
-    _fixed_clock(monkeypatch)
+    monkeypatch.setattr(conversation_module, "create_aggregate", _library_create)
+    _fixed_clock(monkeypatch, command_stamps=True)
     asyncio.run(_session("memory://trigger-library"))
     library = _stored("trigger-library")
     topics = {topic.rsplit(".", 1)[-1] for _, _, topic, _ in library}
@@ -109,6 +116,10 @@ def test_the_fast_trigger_stores_what_the_library_stores(
 
 def _library_start(cls: type[Task], /, **kwargs: Any) -> Task:
     return cls._create(cls.Created, **kwargs)
+
+
+def _library_create(aggregate_class: Any, event_class: Any, /, **kwargs: Any) -> Any:
+    return aggregate_class._create(event_class, **kwargs)
 
 
 _TASK: dict[str, Any] = {
@@ -190,3 +201,86 @@ def test_the_aggregate_ends_as_the_library_leaves_it(monkeypatch: pytest.MonkeyP
     assert fast.version == 3 and fast.modified_on == library.modified_on
     pairs = zip(fast.pending_events, library.pending_events, strict=True)
     assert all(list(vars(a).items()) == list(vars(b).items()) for a, b in pairs)
+
+
+def _stamps(name: str) -> list[list[str]]:
+    """Each command's event timestamps, in storage order (an opening's claim batch, not a
+    command, is left out)."""
+    batches: list[list[str]] = [[]]
+    for e in named_database(name).log["s"]:
+        batches[-1].append(json.loads(e.state)["timestamp"]["_data_"])
+        if e.topic.endswith("Session.Claimed"):
+            batches[-1] = []
+        elif e.topic.endswith("Session.Committed"):
+            batches.append([])
+    return [b for b in batches if b]
+
+
+def test_a_commands_events_carry_one_timestamp_and_commands_move_it_on() -> None:
+    asyncio.run(_session("memory://trigger-stamps"))
+    batches = _stamps("trigger-stamps")
+    assert len(batches) > 20 and max(len(b) for b in batches) >= 5
+    for batch in batches:
+        assert len(set(batch)) == 1, batch  # every event of a batch: one reading
+    firsts = [datetime.fromisoformat(b[0]) for b in batches]
+    assert firsts == sorted(firsts) and len(set(firsts)) > 1
+    assert _SLOT.stamp is None  # no command's stamp outlives it
+
+
+def test_a_failed_command_leaves_no_stamp_behind() -> None:
+    async def go() -> None:
+        h = await pico.Harness.open("memory://trigger-failed", session="s")
+
+        def fail(tx: Any) -> None:
+            assert _SLOT.stamp is not None  # the command's own, while it builds
+            raise RuntimeError("refused")
+
+        with pytest.raises(RuntimeError):
+            await h.command(fail)
+        assert _SLOT.stamp is None
+        await h.close()
+
+    asyncio.run(go())
+
+
+def test_interleaved_commands_clear_only_their_own_stamp() -> None:
+    """Two sessions' commands interleave on one loop, in both orders of ending: neither
+    leaves a stamp behind, and an event of the one whose stamp the other replaced carries
+    a time within its own command's span."""
+
+    async def go(first_ends: str) -> None:
+        a = await pico.Harness.open(f"memory://trigger-a-{first_ends}", session="s")
+        b = await pico.Harness.open(f"memory://trigger-b-{first_ends}", session="s")
+        started = {"a": asyncio.Event(), "b": asyncio.Event()}
+        release = {"a": asyncio.Event(), "b": asyncio.Event()}
+        spans: dict[str, tuple[datetime, datetime]] = {}
+
+        def build(name: str) -> Any:
+            async def run(tx: Any) -> None:
+                t0 = datetime.now(UTC)
+                started[name].set()
+                await release[name].wait()
+                tx.set_value(GLOBAL, name)
+                spans[name] = (t0, datetime.now(UTC))
+
+            return run
+
+        ta = asyncio.ensure_future(a.command(build("a")))
+        await started["a"].wait()
+        tb = asyncio.ensure_future(b.command(build("b")))
+        await started["b"].wait()
+        order = ["a", "b"] if first_ends == "a" else ["b", "a"]
+        release[order[0]].set()
+        await (ta if order[0] == "a" else tb)
+        release[order[1]].set()
+        await asyncio.gather(ta, tb)
+        assert _SLOT.stamp is None
+        for name, h in (("a", a), ("b", b)):
+            db = named_database(f"trigger-{name}-{first_ends}")
+            (value_set,) = [e for e in db.log["s"] if e.topic.endswith("Session.ValueSet")]
+            stamp = datetime.fromisoformat(json.loads(value_set.state)["timestamp"]["_data_"])
+            assert spans["a"][0] <= stamp <= spans[name][1] or spans["b"][0] <= stamp
+            await h.close()
+
+    asyncio.run(go("a"))
+    asyncio.run(go("b"))
