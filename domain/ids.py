@@ -6,9 +6,10 @@ boundary, so every backend gives the same typed answer to a malformed one.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
-from uuid import NAMESPACE_URL, UUID, uuid5
+from uuid import NAMESPACE_URL, UUID, SafeUUID, uuid5
 
 from pico.domain.errors import InvalidArgumentError
 
@@ -33,6 +34,24 @@ __all__ = [
 MAX_SEQ = 2**53 - 1
 
 _NS = uuid5(NAMESPACE_URL, "pico:aggregate")
+#: sha1 over the namespace, copied for each name: ``uuid5`` without its per-call import,
+#: byte joins and ``UUID.__init__`` checks (a task's id is most of creating it).
+_NS_SHA1 = hashlib.sha1(_NS.bytes)
+_VERSION5_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
+_VERSION5_SET = (0x8000 << 48) | (5 << 76)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _uuid5(name: str) -> UUID:
+    """``uuid5(_NS, name)``, the same UUID (tests/unit/test_ids.py holds it to it)."""
+    digest = _NS_SHA1.copy()
+    digest.update(name.encode())
+    value = (int.from_bytes(digest.digest()[:16]) & _VERSION5_CLEAR) | _VERSION5_SET
+    uid = _new(UUID)
+    _set(uid, "int", value)
+    _set(uid, "is_safe", SafeUUID.unknown)
+    return uid
 
 
 def stream_uuid(oid: UUID | str) -> UUID:
@@ -42,15 +61,15 @@ def stream_uuid(oid: UUID | str) -> UUID:
 
 
 def session_uuid(session_id: str) -> UUID:
-    return uuid5(_NS, f"session/{session_id}")
+    return _uuid5(f"session/{session_id}")
 
 
 def conversation_uuid(session_id: str, conversation_id: int) -> UUID:
-    return uuid5(_NS, f"session/{session_id}/conversation/{conversation_id}")
+    return _uuid5(f"session/{session_id}/conversation/{conversation_id}")
 
 
 def task_uuid(session_id: str, task_id: int) -> UUID:
-    return uuid5(_NS, f"session/{session_id}/task/{task_id}")
+    return _uuid5(f"session/{session_id}/task/{task_id}")
 
 
 #: The largest id or position any backend can store (a signed 64-bit column).

@@ -85,12 +85,17 @@ class MemoryRecorder(AggregateRecorder):
         if not self.is_events:
             return
         pending: dict[UUID, int] = {}
+        streams = self.streams
         for e in stored_events:
-            oid = stream_uuid(e.originator_id)
-            stream = self.streams.get(oid, [])
-            # A new stream accepts any first version (the library's recorders take version
-            # 0 too); after that versions must increase.
-            last = pending.get(oid, stream[-1].originator_version if stream else -1)
+            oid = e.originator_id
+            if type(oid) is not UUID:
+                oid = stream_uuid(oid)
+            last = pending.get(oid)
+            if last is None:
+                # A new stream accepts any first version (the library's recorders take
+                # version 0 too); after that versions must increase.
+                stream = streams.get(oid)
+                last = stream[-1].originator_version if stream else -1
             if e.originator_version <= last:
                 raise IntegrityError(f"stream {oid} already has version {e.originator_version}")
             pending[oid] = e.originator_version
