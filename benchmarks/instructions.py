@@ -24,13 +24,14 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.floor_bench import FLOOR
 
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
-PROGRAMS = {
+PROGRAMS: dict[str, Callable[[int], list[str]]] = {
     "floor": lambda turns: [sys.executable, str(FLOOR), str(turns), "NORMAL"],
     "sqlite": lambda turns: [sys.executable, "-m", "benchmarks.turns_bench", "--turns", str(turns)],
     "memory": lambda turns: [

@@ -20,7 +20,7 @@ cost in ``datetime.now`` and (in the codec) ``isoformat``.
 from __future__ import annotations
 
 import dataclasses
-import threading
+from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -29,6 +29,8 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 
 __all__ = [
+    "CommandStamp",
+    "command_stamp",
     "create_aggregate",
     "stamp_command",
     "trigger_event",
@@ -45,32 +47,37 @@ _NAMES: dict[type, tuple[frozenset[str], tuple[str, ...]]] = {}
 _TOPICS: dict[type, str] = {}
 
 
-class _Slot(threading.local):
-    stamp: datetime | None = None
-
-
-#: Per thread, the timestamp of the command being built, or None (each event reads the
-#: clock). Not a context variable: an asyncio task created inside a command would inherit
-#: its value and stamp later events with it. Only its owner clears it.
-_SLOT = _Slot()
+#: The command being built in this context: a box holding its timestamp. A context
+#: variable, so commands of two asyncio tasks (two sessions on one loop) never share one;
+#: a box, emptied when its command ends, because an asyncio task created inside a command
+#: inherits the variable: it then reads an empty box and the clock, never a stale stamp.
+_STAMP: ContextVar[list[datetime | None] | None] = ContextVar("pico_command_stamp", default=None)
 _EVENT = Aggregate.Event  # whose clock (``create_timestamp``) every event reads
 
 
-def stamp_command() -> datetime:
-    """Read the clock once for the command being built: every event triggered in this
-    thread until ``unstamp_command(stamp)`` carries it (unless given its own timestamp).
-    Commands may interleave (two sessions' commands on one event loop): ``unstamp_command``
-    clears the slot only if it still holds its own stamp, so no stamp outlives its command;
-    an event of a command whose stamp another replaced carries the other's stamp or reads
-    the clock, a time within its own command's span either way."""
-    _SLOT.stamp = stamp = _EVENT.create_timestamp()
-    return stamp
+#: What ``stamp_command`` hands its caller for ``unstamp_command``: the box and the token.
+CommandStamp = tuple[list[datetime | None], Token[list[datetime | None] | None]]
 
 
-def unstamp_command(stamp: datetime) -> None:
-    slot = _SLOT
-    if slot.stamp is stamp:
-        slot.stamp = None
+def stamp_command() -> CommandStamp:
+    """Read the clock once for the command about to be built: every event triggered in
+    this context until ``unstamp_command`` carries that reading (unless given its own
+    timestamp). Nested commands (a builder awaiting another session's command) stamp
+    their own and restore the outer one."""
+    box: list[datetime | None] = [_EVENT.create_timestamp()]
+    return box, _STAMP.set(box)
+
+
+def unstamp_command(stamp: CommandStamp) -> None:
+    box, token = stamp
+    box[0] = None
+    _STAMP.reset(token)
+
+
+def command_stamp() -> datetime | None:
+    """The timestamp of the command being built in this context, if one is."""
+    box = _STAMP.get()
+    return None if box is None else box[0]
 
 
 def _layout(event_class: type) -> tuple[tuple[str, Any, Any], ...]:
@@ -117,7 +124,12 @@ def create_aggregate(aggregate_class: Any, event_class: Any, **kwargs: Any) -> A
     originator_id = aggregate_class.create_id(**kwargs)
     if not isinstance(originator_id, UUID):
         raise TypeError(f"{aggregate_class.__qualname__}.create_id returned {originator_id!r}")
-    stamp = kwargs.pop("timestamp", None) or _SLOT.stamp or event_class.create_timestamp()
+    box = _STAMP.get()  # the command's timestamp (inline: this is the hot path)
+    stamp = (
+        kwargs.pop("timestamp", None)
+        or (box is not None and box[0])
+        or event_class.create_timestamp()
+    )
     event = object.__new__(event_class)
     body = event.__dict__
     body["originator_id"] = originator_id
@@ -151,7 +163,12 @@ def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
             f"{event_class} was initialized with a non-UUID originator_id: {originator_id!r}"
         )
     version = self._version + 1
-    stamp = kwargs.pop("timestamp", None) or _SLOT.stamp or event_class.create_timestamp()
+    box = _STAMP.get()  # the command's timestamp (inline: this is the hot path)
+    stamp = (
+        kwargs.pop("timestamp", None)
+        or (box is not None and box[0])
+        or event_class.create_timestamp()
+    )
     event = object.__new__(event_class)
     body = {"originator_id": originator_id, "originator_version": version, "timestamp": stamp}
     given, order = _names(event_class)

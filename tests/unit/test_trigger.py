@@ -22,7 +22,7 @@ from pico.domain import conversation as conversation_module
 from pico.domain.conversation import Conversation
 from pico.domain.session import Session
 from pico.domain.task import Task
-from pico.domain.trigger import _SLOT, trigger_event
+from pico.domain.trigger import command_stamp, trigger_event
 from pico.infrastructure.memory import named_database
 
 PLAN = pico.conversation_value("t.plan", int)
@@ -79,8 +79,9 @@ def _fixed_clock(monkeypatch: pytest.MonkeyPatch, *, command_stamps: bool = Fals
     owners = itertools.count()
 
     def clock(cls: Any) -> datetime:
-        if command_stamps and _SLOT.stamp is not None:
-            return _SLOT.stamp
+        stamp = command_stamp() if command_stamps else None
+        if stamp is not None:
+            return stamp
         return start + timedelta(microseconds=next(ticks))
 
     monkeypatch.setattr(Aggregate.Event, "create_timestamp", classmethod(clock))
@@ -224,7 +225,7 @@ def test_a_commands_events_carry_one_timestamp_and_commands_move_it_on() -> None
         assert len(set(batch)) == 1, batch  # every event of a batch: one reading
     firsts = [datetime.fromisoformat(b[0]) for b in batches]
     assert firsts == sorted(firsts) and len(set(firsts)) > 1
-    assert _SLOT.stamp is None  # no command's stamp outlives it
+    assert command_stamp() is None  # no command's stamp outlives it
 
 
 def test_a_failed_command_leaves_no_stamp_behind() -> None:
@@ -232,55 +233,93 @@ def test_a_failed_command_leaves_no_stamp_behind() -> None:
         h = await pico.Harness.open("memory://trigger-failed", session="s")
 
         def fail(tx: Any) -> None:
-            assert _SLOT.stamp is not None  # the command's own, while it builds
+            assert command_stamp() is not None  # the command's own, while it builds
             raise RuntimeError("refused")
 
         with pytest.raises(RuntimeError):
             await h.command(fail)
-        assert _SLOT.stamp is None
+        assert command_stamp() is None
         await h.close()
 
     asyncio.run(go())
 
 
-def test_interleaved_commands_clear_only_their_own_stamp() -> None:
-    """Two sessions' commands interleave on one loop, in both orders of ending: neither
-    leaves a stamp behind, and an event of the one whose stamp the other replaced carries
-    a time within its own command's span."""
+def test_interleaved_commands_each_stamp_their_own_events() -> None:
+    """Two sessions' commands interleave on one loop (each in its own asyncio task), in
+    both orders of ending: every event of each carries its own command's reading, taken
+    before its builder ran, and no stamp is left behind."""
 
     async def go(first_ends: str) -> None:
         a = await pico.Harness.open(f"memory://trigger-a-{first_ends}", session="s")
         b = await pico.Harness.open(f"memory://trigger-b-{first_ends}", session="s")
         started = {"a": asyncio.Event(), "b": asyncio.Event()}
         release = {"a": asyncio.Event(), "b": asyncio.Event()}
-        spans: dict[str, tuple[datetime, datetime]] = {}
+        seen: dict[str, list[datetime | None]] = {"a": [], "b": []}
+        built: dict[str, datetime] = {}
 
         def build(name: str) -> Any:
             async def run(tx: Any) -> None:
-                t0 = datetime.now(UTC)
+                built[name] = datetime.now(UTC)
+                seen[name].append(command_stamp())
+                tx.set_value(GLOBAL, f"{name} before")
                 started[name].set()
                 await release[name].wait()
-                tx.set_value(GLOBAL, name)
-                spans[name] = (t0, datetime.now(UTC))
+                seen[name].append(command_stamp())
+                tx.set_value(GLOBAL, f"{name} after")
 
             return run
 
         ta = asyncio.ensure_future(a.command(build("a")))
         await started["a"].wait()
         tb = asyncio.ensure_future(b.command(build("b")))
-        await started["b"].wait()
-        order = ["a", "b"] if first_ends == "a" else ["b", "a"]
-        release[order[0]].set()
-        await (ta if order[0] == "a" else tb)
-        release[order[1]].set()
-        await asyncio.gather(ta, tb)
-        assert _SLOT.stamp is None
+        await started["b"].wait()  # b stamped and began while a is mid-build
+        first, second = (ta, tb) if first_ends == "a" else (tb, ta)
+        release[first_ends].set()
+        await first
+        release["b" if first_ends == "a" else "a"].set()
+        await second
+        assert command_stamp() is None
         for name, h in (("a", a), ("b", b)):
-            db = named_database(f"trigger-{name}-{first_ends}")
-            (value_set,) = [e for e in db.log["s"] if e.topic.endswith("Session.ValueSet")]
-            stamp = datetime.fromisoformat(json.loads(value_set.state)["timestamp"]["_data_"])
-            assert spans["a"][0] <= stamp <= spans[name][1] or spans["b"][0] <= stamp
+            stamp = seen[name][0]
+            assert stamp is not None and seen[name] == [stamp, stamp]
+            assert stamp <= built[name]
+            log = named_database(f"trigger-{name}-{first_ends}").log["s"]
+            assert log[-1].topic.endswith("Session.Committed")  # the command's boundary
+            writes = [e for e in log if e.topic.endswith("Session.ValueSet")]
+            stamps = {json.loads(e.state)["timestamp"]["_data_"] for e in [*writes, log[-1]]}
+            assert len(writes) == 2 and stamps == {stamp.isoformat()}, name
             await h.close()
+        a_stamp, b_stamp = seen["a"][0], seen["b"][0]
+        assert a_stamp is not None and b_stamp is not None and a_stamp < b_stamp
 
     asyncio.run(go("a"))
     asyncio.run(go("b"))
+
+
+def test_a_task_started_inside_a_command_outlives_its_stamp() -> None:
+    """An asyncio task created while a command builds inherits its context: once the
+    command ends, that task reads no stamp (the clock again), never the old one."""
+
+    async def go() -> None:
+        h = await pico.Harness.open("memory://trigger-child", session="s")
+        later = asyncio.Event()
+
+        async def child() -> tuple[datetime | None, datetime | None]:
+            during = command_stamp()
+            await later.wait()
+            return during, command_stamp()
+
+        tasks: list[asyncio.Task[tuple[datetime | None, datetime | None]]] = []
+
+        async def build(tx: Any) -> None:
+            tasks.append(asyncio.ensure_future(child()))
+            await asyncio.sleep(0)  # the child runs while the command builds
+            tx.set_value(GLOBAL, 1)
+
+        await h.command(build)
+        later.set()
+        during, after = await tasks[0]
+        assert during is not None and after is None
+        await h.close()
+
+    asyncio.run(go())
