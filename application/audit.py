@@ -86,7 +86,8 @@ class AuditEntry:
 
     Attributes:
         position: storage order within the session (increasing, not contiguous).
-        at: when it was stored (UTC); None only for an event stored without a timestamp.
+        at: when its command began (UTC), the same for every event of one command;
+            None only for an event stored without a timestamp.
         aggregate: its stream: ``session``, ``conversation/<id>`` or ``task/<id>``.
         version: its version within that stream.
         event: its type, e.g. ``Conversation.EntryAppended``.

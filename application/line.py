@@ -266,9 +266,9 @@ class CommandLine:
         with self.telemetry.command(self.session_id) as span:
             async with self._lock:
                 self.check_usable(write=True)
+                stamp = stamp_command()  # one timestamp for the command's events
                 tx = self._building = Command(self, working=working)
                 tx.task = task
-                stamp = stamp_command()  # one timestamp for the command's events
                 try:
                     try:
                         # Every read of the builder sees one committed snapshot (§7.3).
@@ -510,11 +510,16 @@ def _claim(
                 session = Session(session_id=storage.session_id)
             if gate is not None:
                 gate(session)  # raises before anything is written
-            session.claim(owner=owner, host=host, pid=pid)
+            # The claim's batch takes its own reading, never that of a command this open
+            # may run inside (an async builder opening another session).
+            stamp = stamp_command()
             try:
+                session.claim(owner=owner, host=host, pid=pid)
                 storage.save([session])
                 return session
             except StaleWriterError:
                 pass
+            finally:
+                unstamp_command(stamp)
         time.sleep(CLAIM_BACKOFF * (attempt + 1))
     raise ClaimContendedError(storage.session_id, CLAIM_ATTEMPTS)

@@ -45,11 +45,16 @@ def instructions(command: list[str]) -> int:
     """The instructions callgrind counts for ``command`` (its output file thrown away)."""
     with tempfile.TemporaryDirectory(prefix="pico-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
-        run = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
-            capture_output=True,
-            text=True,
-        )
+        try:
+            run = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError:
+            raise SystemExit(
+                "valgrind is not installed (Debian: apt-get install valgrind)"
+            ) from None
     found = _COLLECTED.search(run.stderr)
     if run.returncode != 0 or found is None:
         raise SystemExit(f"{' '.join(command)} under callgrind failed:\n{run.stderr[-2000:]}")

@@ -20,6 +20,7 @@ cost in ``datetime.now`` and (in the codec) ``isoformat``.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import suppress
 from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
@@ -71,7 +72,10 @@ def stamp_command() -> CommandStamp:
 def unstamp_command(stamp: CommandStamp) -> None:
     box, token = stamp
     box[0] = None
-    _STAMP.reset(token)
+    # A command coroutine the loop abandoned is finalised by the garbage collector, in
+    # another context, where the token does not apply: its box is emptied all the same.
+    with suppress(ValueError):
+        _STAMP.reset(token)
 
 
 def command_stamp() -> datetime | None:
@@ -116,11 +120,11 @@ def _fill(body: dict[str, Any], event_class: type, kwargs: dict[str, Any]) -> No
 
 def create_aggregate(aggregate_class: Any, event_class: Any, **kwargs: Any) -> Any:
     """The library's ``BaseAggregate._create`` for an aggregate whose ``__init__`` is its
-    created event's ``@event`` method, called with keywords only (Task): the id from
-    ``create_id``, the created event with the aggregate's topic, then what the event's
-    ``mutate`` does (``__base_init__``, the ``__init__`` body, ``apply``). The library's
-    version copies and filters its keywords twice and builds the event through the frozen
-    dataclass ``__init__``: most of a task creation, five per agent turn."""
+    created event's ``@event`` method, called with keywords only (Task, Conversation): the
+    id from ``create_id``, the created event with the aggregate's topic, then what the
+    event's ``mutate`` does (``__base_init__``, the ``__init__`` body, ``apply``). The
+    library's version copies and filters its keywords twice and builds the event through
+    the frozen dataclass ``__init__``: most of a task creation, five per agent turn."""
     originator_id = aggregate_class.create_id(**kwargs)
     if not isinstance(originator_id, UUID):
         raise TypeError(f"{aggregate_class.__qualname__}.create_id returned {originator_id!r}")

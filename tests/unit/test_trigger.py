@@ -7,8 +7,10 @@ scopes), and the aggregates end in the same state."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -290,7 +292,7 @@ def test_interleaved_commands_each_stamp_their_own_events() -> None:
             assert len(writes) == 2 and stamps == {stamp.isoformat()}, name
             await h.close()
         a_stamp, b_stamp = seen["a"][0], seen["b"][0]
-        assert a_stamp is not None and b_stamp is not None and a_stamp < b_stamp
+        assert a_stamp is not None and b_stamp is not None and a_stamp <= b_stamp
 
     asyncio.run(go("a"))
     asyncio.run(go("b"))
@@ -323,3 +325,90 @@ def test_a_task_started_inside_a_command_outlives_its_stamp() -> None:
         await h.close()
 
     asyncio.run(go())
+
+
+def test_a_nested_command_stamps_its_own_and_gives_the_outer_back() -> None:
+    """A builder that awaits another session's command: the inner command's events carry
+    its own, later reading; the outer command's events after it carry the outer one."""
+
+    async def go() -> None:
+        a = await pico.Harness.open("memory://trigger-nest-a", session="s")
+        b = await pico.Harness.open("memory://trigger-nest-b", session="s")
+        seen: list[datetime | None] = []
+
+        async def outer(tx: Any) -> None:
+            seen.append(command_stamp())
+            tx.set_value(GLOBAL, "before")
+            await asyncio.sleep(0.002)
+            await b.command(lambda inner: inner.set_value(GLOBAL, "inner"))
+            seen.append(command_stamp())
+            tx.set_value(GLOBAL, "after")
+
+        await a.command(outer)
+        assert command_stamp() is None
+        outer_stamp = seen[0]
+        assert outer_stamp is not None and seen == [outer_stamp, outer_stamp]
+        outer_log = named_database("trigger-nest-a").log["s"][-3:]  # 2 writes + boundary
+        inner_log = named_database("trigger-nest-b").log["s"][-2:]  # 1 write + boundary
+        assert {_stamp_of(e) for e in outer_log} == {outer_stamp}
+        ((inner_stamp),) = {_stamp_of(e) for e in inner_log}
+        assert inner_stamp > outer_stamp
+        await a.close()
+        await b.close()
+
+    asyncio.run(go())
+
+
+def test_opening_a_session_inside_a_command_stamps_the_claim_with_its_own_reading() -> None:
+    """A builder that opens another session: the claim's batch takes its own reading, not
+    the outer command's (which would put it before the session's creation)."""
+
+    async def go() -> None:
+        a = await pico.Harness.open("memory://trigger-open-a", session="s")
+        opened: list[pico.Harness] = []
+
+        async def build(tx: Any) -> None:
+            tx.set_value(GLOBAL, 1)
+            await asyncio.sleep(0.002)
+            opened.append(await pico.Harness.open("memory://trigger-open-b", session="s"))
+
+        await a.command(build)
+        (outer_stamp,) = {_stamp_of(e) for e in named_database("trigger-open-a").log["s"][-2:]}
+        log = named_database("trigger-open-b").log["s"]
+        claimed = [e for e in log if e.topic.endswith("Session.Claimed")]
+        assert len(claimed) == 1 and _stamp_of(claimed[0]) > outer_stamp
+        stamps = [_stamp_of(e) for e in log]
+        assert stamps == sorted(stamps)  # creation, claim, then the root's command
+        await opened[0].close()
+        await a.close()
+
+    asyncio.run(go())
+
+
+def test_a_command_the_loop_abandoned_is_finalised_quietly() -> None:
+    """A loop closed with a command still building: the garbage collector finalises its
+    coroutine in another context, where the stamp's token does not apply; nothing is
+    reported (pytest turns an unraisable exception into a failure here)."""
+    loop = asyncio.new_event_loop()
+    h = loop.run_until_complete(pico.Harness.open("memory://trigger-abandoned", session="s"))
+
+    async def build(tx: Any) -> None:
+        tx.set_value(GLOBAL, 1)
+        await asyncio.Event().wait()
+
+    task = loop.create_task(h.command(build))
+    loop.run_until_complete(asyncio.sleep(0.01))
+    loop.close()
+    unraisable: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        del task
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert not [u for u in unraisable if isinstance(u.exc_value, ValueError)], unraisable
+    assert command_stamp() is None
+
+
+def _stamp_of(stored: Any) -> datetime:
+    return datetime.fromisoformat(json.loads(stored.state)["timestamp"]["_data_"])
