@@ -23,7 +23,8 @@ instead of reporting bodies it cannot decompress; ``tests/unit/test_bodies.py`` 
 dictionary's sha256. They were grown from the real bodies of the seed's 2,000-turn
 workload (``benchmarks/body_dictionaries.py`` says how; 20.69 MiB of bodies deflate to
 3.69 MiB), one per frequent topic and a fallback for every other; the zstd ones were trained
-by zstd on the same bodies (``--zstd``).
+by zstd on the same bodies (``--zstd``; revision 0010's on bodies whose timestamps are
+spread over years, ``--spread-dates``, so that no date compresses better than another).
 
 Snapshots are written as JSON: deflating a long conversation's snapshot (~130 KB after
 2,000 turns) costs ~4.5 ms, more per turn than the events' codec, to save ~0.1 MiB of a
@@ -387,8 +388,8 @@ DICTIONARIES: Final[Mapping[int, Dictionary]] = _table(
             b'"input":67421,"output":17}}'
         ),
     ),
-    # zstd (revision 0009): trained by `python -m benchmarks.body_dictionaries --zstd`,
-    # kept as base64 in ``zstd_dictionaries.py``; the newest for a topic, so they encode.
+    # zstd (revisions 0009, 0010): trained by `python -m benchmarks.body_dictionaries
+    # --zstd`, kept as base64 in ``zstd_dictionaries.py``; the newest for a topic encodes.
     *(
         Dictionary(i, topic, 0, base64.b64decode(data), "zstd")
         for i, topic, data in ZSTD_DICTIONARIES

@@ -394,7 +394,7 @@ VERSION_TABLE = "pico_alembic_version"
 #: Every revision, oldest first; the last is head. Opening a database compares against
 #: this list without importing Alembic; a test proves it equals the scripts' history, so
 #: a revision added without extending it fails CI.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
 
 # The version table exactly as Alembic creates it (``alembic stamp``), written by pico
 # itself when it creates or adopts a database, so that a fresh open needs no Alembic.

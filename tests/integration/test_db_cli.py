@@ -223,6 +223,17 @@ def test_db_history_lists_every_revision_oldest_first_and_marks_head(app: typer.
     code, out, _ = invoke(app, "db", "history")
     assert code == 0
     revisions = [line.split()[0] for line in out.splitlines()[1:] if line[:1].isdigit()]
-    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"]
+    assert revisions == [
+        "0001",
+        "0002",
+        "0003",
+        "0004",
+        "0005",
+        "0006",
+        "0007",
+        "0008",
+        "0009",
+        "0010",
+    ]
     assert revisions[-1] == HEAD
     assert f"{HEAD} (head)" in out and "pre-Alembic" in out

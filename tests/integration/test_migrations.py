@@ -406,7 +406,7 @@ async def test_a_pre_alembic_version_4_database_is_adopted_by_stamping_alone_and
     c = await h.root()
     assert [e.content for e in (await c.entries()).items] == ["written before Alembic"]
     await h.close()
-    assert _stamp(fresh_url) == HEAD == "0009"
+    assert _stamp(fresh_url) == HEAD == "0010"
     assert _drift(fresh_url) == []
 
 
@@ -634,17 +634,18 @@ async def test_check_replay_rebuild_and_migrate_refuse_an_older_schema_instead_o
 
 
 @pytest.mark.parametrize(
-    ("newest", "marker"),
-    # A pico at 0006 reads only JSON bodies; one at 0008 also deflate, not zstd (0009).
-    [("0006", bodies.DEFLATE), ("0008", bodies.ZSTD)],
+    ("newest", "marker", "dictionary"),
+    # A pico at 0006 reads only JSON bodies; one at 0008 also deflate, not zstd (0009);
+    # one at 0009 zstd with dictionaries 12-18, not 19-25 (0010).
+    [("0006", bodies.DEFLATE, 0), ("0008", bodies.ZSTD, 0), ("0009", bodies.ZSTD, 19)],
 )
 async def test_an_older_pico_refuses_newer_bodies_as_newer_instead_of_calling_them_corrupt(
-    fresh_url: str, monkeypatch: pytest.MonkeyPatch, newest: str, marker: int
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch, newest: str, marker: int, dictionary: int
 ) -> None:
     h = await pico.Harness.open(fresh_url, session="s")
     await (await h.root()).append("user", "compressed")
     await h.close()
-    assert any(b[0] == marker for b in _bodies(fresh_url))
+    assert any(b[0] == marker and b[1] >= dictionary for b in _bodies(fresh_url))
     # The schema check of a pico whose newest revision is ``newest``.
     revisions = schema.REVISIONS
     monkeypatch.setattr(schema, "REVISIONS", revisions[: revisions.index(newest) + 1])

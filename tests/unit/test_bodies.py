@@ -130,6 +130,49 @@ PINNED = {
         "0931cfa63bc4c9f18bebd38d36dbf6dfe6b43e47f4529b18e6dc519f7e491d45",
         "zstd",
     ),
+    # zstd (revision 0010), trained on bodies with timestamps spread over 2020-2045.
+    19: (
+        "pico.domain.conversation:Conversation.ContextAppended",
+        0,
+        "af5134150391a78e9d02a3c19fa91a951b9ed03015fb64a36160e62b7cbe60f1",
+        "zstd",
+    ),
+    20: (
+        "pico.domain.conversation:Conversation.EntryAppended",
+        0,
+        "aae0412c0fbdc91c462ef44873eb81cb93ca44f2feb19767eac3e0006e9c35e9",
+        "zstd",
+    ),
+    21: (
+        "pico.domain.session:Session.Committed",
+        0,
+        "9f76064a86b8da7fa570f3ef6ab926962d3862b2c007261f9c78149084078dcc",
+        "zstd",
+    ),
+    22: (
+        "pico.domain.session:Session.ValueSet",
+        0,
+        "3756d29e7a95b33d019a8e50aaa194b5f444a8a57d331b119d66c3f1a272c2cf",
+        "zstd",
+    ),
+    23: (
+        "pico.domain.session:Session.WorkingScopeRetired",
+        0,
+        "c4ebcac3fbc010de1df238567481ade7c831b715ba59e5af3e3bc95af25a431a",
+        "zstd",
+    ),
+    24: (
+        "pico.domain.task:Task.Created",
+        0,
+        "d66a0d3b60b1882bde1c8cafebc382e16a2e84b9560cf33d52cd6316d8795dfd",
+        "zstd",
+    ),
+    25: (
+        "pico.domain.task:Task.Patched",
+        0,
+        "686bcb8e0986fe3c87b54545f60a107554677b1083f0396fcb46a1b5be2f5919",
+        "zstd",
+    ),
 }
 
 
@@ -376,3 +419,57 @@ def test_an_entry_text_round_trips_deflated_with_its_column_dictionary(
     stored = encode_text(topic, text)
     assert stored[:2] == bytes((DEFLATE, bodies.ENCODE_WITH[topic]))
     assert len(stored) < len(text.encode()) and stored_text(stored) == text
+
+
+#: Instants from the day revision 0009's dictionaries were trained on to decades later.
+_DATES = (
+    "2026-12-05T16:41:19.563420+00:00",  # the afternoon 0009's dictionaries hold
+    "2026-12-05T20:10:11.123456+00:00",
+    "2027-01-15T09:00:00.654321+00:00",
+    "2031-07-04T18:22:33.111111+00:00",
+    "2044-02-29T23:59:59.999999+00:00",
+)
+
+
+def _commit_bodies(date: str) -> list[bytes]:
+    rng = random.Random(7)  # the same bodies but for the date
+    return [
+        json.dumps(
+            {
+                "timestamp": {"_type_": "datetime_iso", "_data_": date},
+                "first": n,
+                "last": n + 3,
+                "scope": "main",
+                "link": f"sha256:{rng.getrandbits(256):064x}",
+                "task": n + 1,
+            },
+            separators=(",", ":"),
+        ).encode()
+        for n in range(20_000, 20_050)
+    ]
+
+
+def _mean_size(topic: str, date: str, dictionary: int | None = None) -> float:
+    encoded = _commit_bodies(date)
+    if dictionary is None:
+        stored = [bodies.encode(topic, b) for b in encoded]
+    else:
+        compressor = zstandard.ZstdCompressor(
+            dict_data=bodies._zstd_dictionary(bodies.DICTIONARIES[dictionary]),
+            compression_params=bodies.ZSTD_PARAMETERS,
+        )
+        stored = [bytes((bodies.ZSTD, dictionary)) + compressor.compress(b) for b in encoded]
+    assert all(bodies.decode(s) == b for s, b in zip(stored, encoded, strict=True))
+    return sum(map(len, stored)) / len(stored)
+
+
+def test_a_body_compresses_alike_on_any_date() -> None:
+    """The encoding dictionaries hold no date (revision 0010): the same commit boundaries
+    stamped on different days store within a few bytes of each other. Revision 0009's
+    dictionary for them held its training afternoon: 14 bytes a body apart."""
+    topic = get_topic(Session.Committed)
+    assert bodies.DICTIONARIES[bodies.ENCODE_WITH[topic]].id >= 19
+    sizes = [_mean_size(topic, date) for date in _DATES]
+    assert max(sizes) - min(sizes) <= 4, sizes
+    old = [_mean_size(topic, date, dictionary=14) for date in _DATES]
+    assert max(old) - min(old) >= 10, old  # what the check above would have caught
