@@ -267,9 +267,9 @@ class CommandLine:
             async with self._lock:
                 self.check_usable(write=True)
                 stamp = stamp_command()  # one timestamp for the command's events
-                tx = self._building = Command(self, working=working)
-                tx.task = task
                 try:
+                    tx = self._building = Command(self, working=working)
+                    tx.task = task
                     try:
                         # Every read of the builder sees one committed snapshot (§7.3).
                         with self.storage.snapshot():
