@@ -61,7 +61,8 @@ class Passes:
     rows: Counter[str]
     queries: int
     #: The same pass with the owner's live-task mirror dropped first (a fresh owner's first
-    #: pass): what it reads to load the mirror again, and its wall p50.
+    #: pass): what it reads to load the mirror again (the live set and the session row,
+    #: whose head the mirror keeps), and its wall p50.
     cold_rows: Counter[str] = field(default_factory=Counter)
     cold_queries: int = 0
     cold_p50: float = 0.0

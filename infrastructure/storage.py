@@ -161,11 +161,15 @@ class EventSourcedStorage:
         writer = getattr(self.recorder, "writer", None)
         if writer is None or not writer.sqlite:
             return False
-        self.task_queries.own(writer.change_token, own_writes_move=False)
+        # On SQLite the mirror also answers live scans and keeps the session's head,
+        # which reads that page by it ask instead of the session row: each a statement.
+        self.task_queries.own(writer.change_token, own_writes_move=False, scans=True)
+        self.state_queries.known_head = self.task_queries.mirrored_head
         return True
 
     def disown_tasks(self) -> None:
         self.task_queries.disown()
+        self.state_queries.known_head = None
 
     def exclusive(self) -> AbstractContextManager[None]:
         """Hold the session's write lock: no other writer commits until the next save

@@ -40,7 +40,7 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
-from pico.projections.ops import LinkOwned, MarkTaskAbort, PatchTask, PutTask
+from pico.projections.ops import LinkOwned, MarkTaskAbort, PatchTask, PutCommit, PutTask
 
 __all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_context"]
 
@@ -465,6 +465,10 @@ class StateQueries:
 
     def __init__(self, store: ReadStore) -> None:
         self.store = store
+        #: The session's head without a read, where the session's owner knows it (its
+        #: live-task mirror: ``TaskQueries.mirrored_head``); None, or an answer of None,
+        #: reads the session row.
+        self.known_head: Callable[[], int | None] | None = None
 
     def _cutoff(self, as_of: int | None) -> int:
         meta = self.store.meta()
@@ -472,6 +476,10 @@ class StateQueries:
         return main_head if as_of is None else min(as_of, main_head)
 
     def _head(self) -> int:
+        known = self.known_head
+        head = None if known is None else known()
+        if head is not None:
+            return head
         meta = self.store.meta()
         return meta.head if meta else 0
 
@@ -651,6 +659,37 @@ def next_task_row(op: TaskOp, row: TaskRow | None) -> TaskRow:
     return row._replace(owned_conversation_id=op.conversation_id, updated_seq=op.seq)
 
 
+def _live_page(
+    live: dict[int, TaskRow],
+    conversations: set[int] | None,
+    equal: tuple[str | None, str | None, bool | None, bool | None],
+    gt: int | None,
+    lt: int | None,
+    order: Order,
+    limit: int,
+) -> list[TaskRow]:
+    """A page of ``scan_task_rows(live=True, ...)`` from the owner's mirror (its rows in
+    id order): the same filters (role, kind, foreground, abort_requested: each when not
+    None), open id window, order and limit as the store's query."""
+    role, kind, foreground, abort_requested = equal
+    rows = live.values() if order == "asc" else reversed(live.values())
+    out: list[TaskRow] = []
+    for r in rows:
+        if (gt is not None and r.id <= gt) or (lt is not None and r.id >= lt):
+            continue
+        if (
+            (conversations is None or r.conversation_id in conversations)
+            and (role is None or r.role == role)
+            and (kind is None or r.kind == kind)
+            and (foreground is None or r.foreground == foreground)
+            and (abort_requested is None or r.abort_requested == abort_requested)
+        ):
+            out.append(r)
+            if len(out) >= limit:
+                break
+    return out
+
+
 def _task(r: TaskRow, state: bool = True) -> TaskSnapshot:
     return TaskSnapshot(
         id=r.id,
@@ -688,14 +727,22 @@ class TaskQueries:
         self._seen: object = None
         self._live: dict[int, TaskRow] | None = None  # id order: ids grow with creation
         self._meta: dict[int, TaskSnapshot] = {}  # state-less snapshots of _live's rows
+        self._head: int | None = None  # the session's head, kept with _live
+        self._scans = False  # does the mirror answer live scans and the head (``own``)?
 
     # ------------------------------------------------------------------ the mirror
-    def own(self, token: Callable[[], object], *, own_writes_move: bool) -> None:
+    def own(
+        self, token: Callable[[], object], *, own_writes_move: bool, scans: bool = False
+    ) -> None:
         """Mirror the live tasks from now on. ``token()`` must change whenever anything
         but this owner's saves changes the store's tasks; with ``own_writes_move`` it
-        also changes with the owner's own saves (it is read again after each)."""
+        also changes with the owner's own saves (it is read again after each). With
+        ``scans`` the mirror also answers live scans (``scan_tasks(live=True)``) and the
+        session's head (``mirrored_head``): where each read is a statement (SQLite; the
+        memory read model answers them as cheaply itself)."""
         self._token = token
         self._own_writes_move = own_writes_move
+        self._scans = scans
         self.forget()
 
     def disown(self) -> None:
@@ -708,7 +755,9 @@ class TaskQueries:
         if live is None:
             return
         for op in ops:
-            if isinstance(op, TaskOp):
+            if type(op) is PutCommit:
+                self._head = op.last
+            elif isinstance(op, TaskOp):
                 task_id = op.task_id
                 row = live.get(task_id)
                 if row is None and not isinstance(op, PutTask):
@@ -726,6 +775,7 @@ class TaskQueries:
 
     def forget(self) -> None:
         self._live = None
+        self._head = None
         self._meta.clear()
 
     def _mirror(self) -> dict[int, TaskRow] | None:
@@ -734,9 +784,18 @@ class TaskQueries:
         seen = self._token()
         if self._live is None or seen != self._seen:
             self._meta.clear()
-            self._live = {r.id: r for r in self._scan_live()}
+            with self.store.read():  # the rows and the head of one snapshot
+                meta = self.store.meta()
+                self._live = {r.id: r for r in self._scan_live()}
+            self._head = meta.head if meta else 0
             self._seen = seen
         return self._live
+
+    def mirrored_head(self) -> int | None:
+        """The session's head as the owner's mirror knows it (the row's, kept by each
+        saved batch's commit), or None without a mirror answering scans: what
+        ``StateQueries.known_head`` asks instead of reading the session row."""
+        return None if not self._scans or self._mirror() is None else self._head
 
     def _scan_live(self) -> list[TaskRow]:
         """Every live task row in id order: partial-index pages of 500 in one snapshot."""
@@ -801,6 +860,21 @@ class TaskQueries:
         limit = _page_args(after, before, order, limit)
         if live is None and role is not None and role != "terminal":
             live = True  # a live role lies in the live set: its indexes, never history
+        mirror = self._mirror() if live is True and self._scans else None
+        if mirror is not None and self._head is not None:
+            rows = _live_page(
+                mirror,
+                None if conversation_ids is None else set(conversation_ids),
+                (role, kind, foreground, abort_requested),
+                after,
+                before,
+                order,
+                limit + 1,
+            )
+            more = len(rows) > limit
+            rows = rows[:limit]
+            last = rows[-1].id if more and rows else None
+            return Page(tuple(_task(r) for r in rows), self._head, last)
         with self.store.read():
             meta = self.store.meta()
             rows = self.store.scan_task_rows(

@@ -16,8 +16,9 @@ import pytest
 import pico
 from pico import Command
 from pico.domain.errors import PersistenceUncertainError
+from pico.domain.state import SESSION_SCOPE, conversation_scope
 from pico.infrastructure.storage import EventSourcedStorage
-from pico.projections.queries import TaskQueries
+from pico.projections.queries import StateQueries, TaskQueries
 from tests.backends import Backend
 from tests.scheddefs import Scripted, settle
 
@@ -58,9 +59,52 @@ def _check_after_every_save(monkeypatch: pytest.MonkeyPatch, checked: list[int])
         assert [t.id for t in meta] == [t.id for t in store]
         for m, s in zip(meta, store, strict=True):
             assert m.state is None and m == s.__class__(**{**s.__dict__, "state": None})
+        _check_live_scans(self)
         checked.append(len(store))
 
     monkeypatch.setattr(EventSourcedStorage, "save", checking)
+
+
+#: Live scans the mirror answers (``TaskQueries.scan_tasks(live=True, ...)``): every
+#: filter, both orders, a window and a short page (its cursor).
+_LIVE_SCANS: list[dict[str, Any]] = [
+    {},
+    {"order": "desc"},
+    {"limit": 1},
+    {"limit": 1, "order": "desc"},
+    {"foreground": True},
+    {"foreground": False, "order": "desc"},
+    {"role": "waiting"},
+    {"role": "terminal"},
+    {"kind": "work", "abort_requested": False},
+    {"abort_requested": True},
+    {"conversation_ids": []},
+]
+
+
+def _check_live_scans(storage: EventSourcedStorage) -> None:
+    """Every live scan and the session's head, from the mirror, equal the store's (a
+    TaskQueries and a StateQueries without the mirror read the store)."""
+    mirror, store = storage.task_queries, TaskQueries(storage._read_store)
+    live = store.live_tasks()
+    ids = [t.id for t in live]
+    conversations = sorted({t.conversation_id for t in live})
+    scans = [
+        *_LIVE_SCANS,
+        {"conversation_ids": conversations[:1]},
+        {"conversation_ids": [*conversations, 10**6]},
+    ]
+    if ids:
+        scans += [{"after": ids[0]}, {"before": ids[-1], "order": "desc"}]
+        scans += [{"after": ids[0] - 1, "before": ids[-1] + 1, "limit": 2}]
+    for query in scans:
+        assert mirror.scan_tasks(live=True, **query) == store.scan_tasks(live=True, **query), query
+    head = storage.queries.meta()
+    answers = type(storage.recorder).__name__ == "SqlRecorder"  # SQLite: ``own(scans=True)``
+    assert mirror.mirrored_head() == ((head.head if head else 0) if answers else None)
+    unmirrored = StateQueries(storage._read_store)
+    for scope in [SESSION_SCOPE, *(conversation_scope(c) for c in conversations)]:
+        assert storage.state_queries.scan_values(scope).as_of == unmirrored.scan_values(scope).as_of
 
 
 async def test_the_mirror_equals_the_store_after_every_commit(
@@ -288,3 +332,42 @@ async def test_a_sqlite_snapshot_ends_only_the_read_transaction_it_began(
     report = await pico.check(f"sqlite:///{tmp_path / 'p.db'}", session="s")
     assert report.ok, report
     await again.close()
+
+
+async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
+    backend: Backend,
+) -> None:
+    """On SQLite the busy check of an accepted prompt (its conversation's live foreground
+    tasks) and the queue scan's page head come from the owner's mirror: a turn reads
+    neither the session row nor the live-task rows, each a statement. The memory read
+    model (memory, JSONL) answers those scans as cheaply itself; PostgreSQL keeps no
+    mirror: it reads both."""
+    h = await _open(backend, provider=pico.FauxProvider(["one", "two"]))
+    c = await h.root()
+    await c.prompt("first")  # the mirror loads
+    store = _storage(h)._read_store
+    calls: dict[str, int] = {}
+    originals = {name: getattr(store, name) for name in ("meta", "scan_task_rows", "task_rows")}
+
+    def counting(name: str) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] = calls.get(name, 0) + 1
+            return originals[name](*args, **kwargs)
+
+        return counted
+
+    for name in originals:
+        setattr(store, name, counting(name))
+    try:
+        _, result = await c.prompt("second")
+    finally:
+        for name, method in originals.items():
+            setattr(store, name, method)
+    assert result is not None and result.status == "done"
+    if backend.name == "sqlite":
+        assert calls == {}
+    elif _mirrors(backend):  # memory, JSONL: the memory read model answers scans itself
+        assert "task_rows" not in calls
+    else:
+        assert calls.get("meta", 0) >= 1 and calls.get("scan_task_rows", 0) >= 1
+    await h.close()

@@ -22,13 +22,15 @@ def test_background_bench_reads_only_live_rows_and_kills_every_job_it_started(
     )
     first, grown = run.passes
     # Check both measurements saw the same live set; the owner's pass read nothing (its
-    # live-task mirror holds the set), and with the mirror dropped it read exactly the set.
+    # live-task mirror holds the set), and with the mirror dropped it read exactly the set
+    # and the session row.
     assert first.live == grown.live == 3 + 2
     for p in (first, grown):
         assert len(p.wall_ms) == len(p.cpu_ms) == 4
         assert (dict(p.rows), p.queries) == ({}, 0)
-        assert dict(p.cold_rows) == {"pico_tasks": 5}
-        assert p.cold_queries == 1
+        # Loading the mirror reads the live set and the session row (its head) only.
+        assert dict(p.cold_rows) == {"pico_tasks": 5, "pico_sessions": 1}
+        assert p.cold_queries == 2
     assert (first.terminal, grown.terminal) == (2, 6)
     # Check the jobs were launched, observed, and stopped through the harness.
     assert len(run.launch_ms) == 2 and all(ms > 0 for ms in run.launch_ms)
