@@ -63,8 +63,9 @@ class _Timed:
         clock = time.perf_counter
 
         def note(cur: Any, how: str, sql: str, params: Any, t0: float, failed: bool) -> None:
+            elapsed = clock() - t0  # before the statement's kind is worked out
             key = ("many: " if how == "many" else "") + _kind(sql)
-            timed.seconds[key] = timed.seconds.get(key, 0.0) + clock() - t0
+            timed.seconds[key] = timed.seconds.get(key, 0.0) + elapsed
             timed.calls[key] += 1
             if timed.log is not None:
                 conn = cur.connection
@@ -200,8 +201,9 @@ def _replay(record: str) -> None:
         except sqlite3.Error:
             if not failed:
                 raise
+        elapsed = clock() - began
         key = ("many: " if how == "many" else "") + _kind(sql)
-        seconds[key] = seconds.get(key, 0.0) + clock() - began
+        seconds[key] = seconds.get(key, 0.0) + elapsed
         calls[key] += 1
     wall = clock() - t0
     for conn in opened.values():
