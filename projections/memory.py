@@ -39,7 +39,14 @@ from pico.projections.ops import (
     RetireWorking,
     RowOp,
 )
-from pico.projections.queries import ConvRow, EditRow, EntryRow, TaskRow, next_task_row
+from pico.projections.queries import (
+    ConvRow,
+    EditRow,
+    EntryRow,
+    TaskRow,
+    next_task_row,
+    task_page,
+)
 
 __all__ = ["MemoryReadStore"]
 
@@ -480,21 +487,14 @@ class MemoryReadStore:
         lo, hi = _range(ids, gt, None if lt is None else lt - 1)
         window = ids[lo:hi] if order == "asc" else ids[lo:hi][::-1]
         convs = None if conversation_ids is None else set(conversation_ids)
-        out: list[TaskRow] = []
-        for i in window:  # filters before the limit
-            r = self._tasks[i]
-            if (
-                (convs is None or r.conversation_id in convs)
-                and (live is not False or r.role == "terminal")
-                and (role is None or r.role == role)
-                and (kind is None or r.kind == kind)
-                and (foreground is None or r.foreground == foreground)
-                and (abort_requested is None or r.abort_requested == abort_requested)
-            ):
-                out.append(r)
-                if len(out) >= limit:
-                    break
-        return out
+        tasks = self._tasks
+        return task_page(  # filters before the limit
+            (tasks[i] for i in window),
+            convs,
+            live,
+            (role, kind, foreground, abort_requested),
+            limit,
+        )
 
     def owned_conversations(self, conversation_id: int) -> list[int]:
         return list(self._owned_by_conv.get(conversation_id, []))

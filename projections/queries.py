@@ -8,7 +8,7 @@ unrelated history: every primitive is a point lookup or an indexed range.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol
 
@@ -669,16 +669,29 @@ def _live_page(
     limit: int,
 ) -> list[TaskRow]:
     """A page of ``scan_task_rows(live=True, ...)`` from the owner's mirror (its rows in
-    id order): the same filters (role, kind, foreground, abort_requested: each when not
-    None), open id window, order and limit as the store's query."""
-    role, kind, foreground, abort_requested = equal
+    id order): the same open id window, order, filters and limit as the store's query."""
     rows = live.values() if order == "asc" else reversed(live.values())
+    window = (r for r in rows if (gt is None or r.id > gt) and (lt is None or r.id < lt))
+    return task_page(window, conversations, None, equal, limit)
+
+
+def task_page(
+    rows: Iterable[TaskRow],
+    conversations: set[int] | None,
+    live: bool | None,
+    equal: tuple[str | None, str | None, bool | None, bool | None],
+    limit: int,
+) -> list[TaskRow]:
+    """The first ``limit`` of ``rows`` (already in the page's order and id window) that
+    pass ``scan_task_rows``'s filters: the conversations, terminal only with ``live=False``,
+    and each of role, kind, foreground and abort_requested (``equal``) that is not None.
+    The memory read model and the owner's mirror page with it."""
+    role, kind, foreground, abort_requested = equal
     out: list[TaskRow] = []
     for r in rows:
-        if (gt is not None and r.id <= gt) or (lt is not None and r.id >= lt):
-            continue
         if (
             (conversations is None or r.conversation_id in conversations)
+            and (live is not False or r.role == "terminal")
             and (role is None or r.role == role)
             and (kind is None or r.kind == kind)
             and (foreground is None or r.foreground == foreground)
