@@ -107,6 +107,19 @@ def _check_live_scans(storage: EventSourcedStorage) -> None:
         assert storage.state_queries.scan_values(scope).as_of == unmirrored.scan_values(scope).as_of
 
 
+def _check_head(storage: EventSourcedStorage) -> None:
+    """The head the owner's reads page by equals the session row's (from the mirror on
+    SQLite, which keeps it; read from the row elsewhere)."""
+    meta = storage.queries.meta()
+    head = meta.head if meta else 0
+    unmirrored = StateQueries(storage._read_store)
+    assert storage.state_queries.scan_values(SESSION_SCOPE).as_of == head
+    assert unmirrored.scan_values(SESSION_SCOPE).as_of == head
+    assert storage.task_queries.scan_tasks(live=True).as_of == head
+    if type(storage.recorder).__name__ == "SqlRecorder" and storage.task_queries._token:
+        assert storage.task_queries.mirrored_head() == head
+
+
 async def test_the_mirror_equals_the_store_after_every_commit(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,6 +256,7 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     storage.recorder.flush = flush  # type: ignore[attr-defined]
     assert storage.task_queries._live is None
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
+    _check_head(storage)  # not the rolled-back command's
     await h.close()
 
 
@@ -284,6 +298,7 @@ async def test_an_owner_superseded_by_another_claim_reads_what_the_other_wrote(
     # The first handle has not saved since: its mirror must not serve the old row.
     assert first.faulted is None
     assert first.scheduler.live_tasks(None) == [] == _store_live(_storage(first))
+    _check_head(_storage(first))  # the head the other's commit moved, not the old one
     assert (await first.task(tid)).status == "done"  # type: ignore[union-attr]
     assert await first.scheduler.drive(c.id) == "idle"
     assert work.calls == []  # nothing was recovered for the task the other settled
@@ -306,6 +321,7 @@ async def test_a_lost_deferred_batch_is_read_again_from_the_store(
     assert len(storage.task_queries.live_tasks()) == 1
     storage.recorder.writer.batch_aborted(RuntimeError("test: the batch is gone"))  # type: ignore[attr-defined]
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
+    _check_head(storage)
     h.scheduler.line.fault("test: done")
     await h.close()
 
@@ -370,4 +386,28 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
         assert "task_rows" not in calls
     else:
         assert calls.get("meta", 0) >= 1 and calls.get("scan_task_rows", 0) >= 1
+    await h.close()
+
+
+async def test_a_working_scope_command_moves_the_mirrored_head(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A working-scope command commits a boundary too (not a main one): it moves the
+    session's head, in the row and in the owner's mirror alike."""
+    checked: list[int] = []
+    _check_after_every_save(monkeypatch, checked)
+    h = await _open(backend, definitions=[Scripted()])
+    c = await h.root()
+    storage = _storage(h)
+    await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
+    storage.task_queries.live_tasks()  # the mirror is loaded
+    before = storage.queries.meta()
+    frames = pico.working_list("test.frames", str, scope=pico.working_scope("task-7"))
+    await h.command(pico.working_scope("task-7"), lambda tx: tx.append_list(frames, "f"))
+    after = storage.queries.meta()
+    assert before is not None and after is not None
+    assert after.head > before.head and after.main_head == before.main_head
+    _check_head(storage)
+    if _mirrors(backend):
+        assert checked  # the every-save check ran with the mirror loaded
     await h.close()
