@@ -22,9 +22,10 @@ import pytest
 
 import pico
 from pico.infrastructure.sql.bodies import DEFLATE, ZSTD
+from pico.infrastructure.sql.store import SQLITE_PAGE_SIZE
 
 SESSION = "s"
-PAGE = 4096
+PAGE = SQLITE_PAGE_SIZE  # a file pico creates: the damage below lands on whole pages
 SEARCH = pico.session_value("notes", str)
 
 
@@ -56,6 +57,11 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pristine") / "session.db"
     asyncio.run(_build(path))
     assert not Path(f"{path}-wal").exists()  # closed cleanly: one self-contained file
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE
+    finally:
+        conn.close()
     return path
 
 
