@@ -565,7 +565,7 @@ SQLITE_PAGE_SIZE = 2048
 def _sqlite_wal(engine: Engine) -> None:
     """Put the file in WAL mode at connect: a persistent change of its header, so only the
     writer does it (registered before ``_sqlite_pragmas``, whose listener then runs second).
-    A new, empty file first takes pico's page size (which WAL mode would fix)."""
+    A new, empty file first takes pico's page size: once in WAL mode it could not change."""
 
     @sa_event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _rec: Any) -> None:
