@@ -165,18 +165,27 @@ class EventSourcedStorage:
         # which reads that page by it ask instead of the session row: each a statement.
         self.task_queries.own(writer.change_token, own_writes_move=False, scans=True)
         self.state_queries.known_head = self.task_queries.mirrored_head
+        # And the entries it saved last: a turn's context projection reads them back.
+        self.queries.own_entries()
         return True
 
     def disown_tasks(self) -> None:
         self.task_queries.disown()
         self.state_queries.known_head = None
+        self.queries.disown_entries()
+
+    def _forget_mirrors(self) -> None:
+        """What the owner keeps of its own writes may be ahead of the store (a failed or
+        rolled-back batch) or behind it (a claim): read it again from the store."""
+        self.task_queries.forget()
+        self.queries.forget_entries()
 
     def exclusive(self) -> AbstractContextManager[None]:
         """Hold the session's write lock: no other writer commits until the next save
         (which runs inside it and releases it) or the end of the block. A claim reloads the
         Session aggregate in here, so it lands on the head it read (seed 000, "Claiming a
         run")."""
-        self.task_queries.forget()  # a claim: whatever another owner wrote is read again
+        self._forget_mirrors()  # a claim: whatever another owner wrote is read again
         exclusive = getattr(self.recorder, "exclusive", None)
         return nullcontext() if exclusive is None else exclusive(self.session_id)
 
@@ -225,12 +234,13 @@ class EventSourcedStorage:
                 stored, session_id=self.session_id, ops=ops, defer=defer, working=working
             )
         except IntegrityError as exc:
-            self.task_queries.forget()
+            self._forget_mirrors()
             raise StaleWriterError(self.session_id) from exc
         except BaseException:
-            self.task_queries.forget()  # a deferred batch may have been rolled back with it
+            self._forget_mirrors()  # a deferred batch may have been rolled back with it
             raise
         self.task_queries.track(ops)
+        self.queries.remember(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
         due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
@@ -248,12 +258,12 @@ class EventSourcedStorage:
             try:
                 flush()
             except BaseException:
-                self.task_queries.forget()  # the deferred batch rolled back
+                self._forget_mirrors()  # the deferred batch rolled back
                 raise
 
     def abandon(self, reason: str) -> None:
         """The owner faulted: roll back deferred saves not yet durable, at once."""
-        self.task_queries.forget()
+        self._forget_mirrors()
         abandon = getattr(self.recorder, "abandon", None)
         if abandon is not None:
             abandon(reason)

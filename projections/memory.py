@@ -44,6 +44,7 @@ from pico.projections.queries import (
     EditRow,
     EntryRow,
     TaskRow,
+    entry_row,
     next_task_row,
     task_page,
 )
@@ -107,17 +108,7 @@ class MemoryReadStore:
 
     def _apply(self, op: RowOp) -> None:
         if isinstance(op, PutEntry):
-            row = EntryRow(
-                op.entry_id,
-                op.conversation_id,
-                op.kind,
-                op.key,
-                op.metadata,
-                op.by_task_id,
-                op.commit_end,
-                op.content,
-            )
-            self._entries[op.entry_id] = row
+            self._entries[op.entry_id] = entry_row(op)
             self._by_conv.setdefault(op.conversation_id, []).append(op.entry_id)
             self._by_kind.setdefault((op.conversation_id, op.kind), []).append(op.entry_id)
             if op.key is not None:

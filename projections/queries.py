@@ -8,6 +8,7 @@ unrelated history: every primitive is a point lookup or an indexed range.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol
@@ -40,7 +41,14 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
-from pico.projections.ops import LinkOwned, MarkTaskAbort, PatchTask, PutCommit, PutTask
+from pico.projections.ops import (
+    LinkOwned,
+    MarkTaskAbort,
+    PatchTask,
+    PutCommit,
+    PutEntry,
+    PutTask,
+)
 
 __all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_context"]
 
@@ -227,11 +235,58 @@ def _optional_bool(value: object, what: str) -> None:
         )
 
 
+def entry_row(op: PutEntry) -> EntryRow:
+    """The entry record ``op`` writes: what every backend's ``pico_entries`` row holds (the
+    memory read model and the owner's recent entries both keep it)."""
+    return EntryRow(
+        op.entry_id,
+        op.conversation_id,
+        op.kind,
+        op.key,
+        op.metadata,
+        op.by_task_id,
+        op.commit_end,
+        op.content,
+    )
+
+
+#: How many entries the owner keeps of those it saved last (``Queries.remember``): a
+#: turn's context projection reads back the few it just appended.
+RECENT_ENTRIES = 256
+
+
 class Queries:
     """Public read semantics over one session's ``ReadStore``."""
 
     def __init__(self, store: ReadStore) -> None:
         self.store = store
+        #: The entries the session's owner saved last, by id (``own_entries``; None: not
+        #: kept). An entry never changes once saved, so ``get_entries`` answers these
+        #: without a read; ``forget_entries`` drops them when a batch may have been lost.
+        self._recent: OrderedDict[int, EntryRow] | None = None
+
+    # -- the owner's recent entries
+    def own_entries(self) -> None:
+        self._recent = OrderedDict()
+
+    def disown_entries(self) -> None:
+        self._recent = None
+
+    def remember(self, ops: Sequence[object]) -> None:
+        """Keep the entries a saved batch wrote (its ``PutEntry`` row ops), as the store's
+        rows hold them."""
+        recent = self._recent
+        if recent is None:
+            return
+        for op in ops:
+            if type(op) is PutEntry:
+                recent[op.entry_id] = entry_row(op)
+        while len(recent) > RECENT_ENTRIES:
+            recent.popitem(last=False)
+
+    def forget_entries(self) -> None:
+        if self._recent is not None:
+            self._recent.clear()
 
     # -- session
     def meta(self) -> SessionMeta | None:
@@ -373,9 +428,23 @@ class Queries:
     # -- entries
     def get_entries(self, ids: Sequence[int], *, content: bool = True) -> dict[int, Entry]:
         ids = check_ids(ids, "entry ids")
+        found: dict[int, Entry] = {}
+        recent = self._recent
+        if recent and content:
+            missing: list[int] = []
+            for i in ids:
+                row = recent.get(i)
+                if row is None:
+                    missing.append(i)
+                else:
+                    found[i] = _to_entry(row)
+            if not missing:
+                return found
+            ids = missing
         with self.store.read():
             rows = self.store.entry_rows(ids, content=content)
-        return {i: _to_entry(r) for i, r in rows.items()}
+        found.update((i, _to_entry(r)) for i, r in rows.items())
+        return found
 
     def scan_entries(
         self,

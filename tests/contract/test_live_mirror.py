@@ -18,7 +18,7 @@ from pico import Command
 from pico.domain.errors import PersistenceUncertainError
 from pico.domain.state import SESSION_SCOPE, conversation_scope
 from pico.infrastructure.storage import EventSourcedStorage
-from pico.projections.queries import StateQueries, TaskQueries
+from pico.projections.queries import Queries, StateQueries, TaskQueries
 from tests.backends import Backend
 from tests.scheddefs import Scripted, settle
 
@@ -60,6 +60,7 @@ def _check_after_every_save(monkeypatch: pytest.MonkeyPatch, checked: list[int])
         for m, s in zip(meta, store, strict=True):
             assert m.state is None and m == s.__class__(**{**s.__dict__, "state": None})
         _check_live_scans(self)
+        _check_recent_entries(self)
         checked.append(len(store))
 
     monkeypatch.setattr(EventSourcedStorage, "save", checking)
@@ -107,6 +108,16 @@ def _check_live_scans(storage: EventSourcedStorage) -> None:
         assert storage.state_queries.scan_values(scope).as_of == unmirrored.scan_values(scope).as_of
 
 
+def _check_recent_entries(storage: EventSourcedStorage) -> None:
+    """The entries the owner kept of its saves read as the store's rows do (SQLite's
+    owner keeps them: ``Queries.own_entries``)."""
+    recent = storage.queries._recent
+    if not recent:
+        return
+    ids = list(recent)
+    assert storage.queries.get_entries(ids) == Queries(storage._read_store).get_entries(ids)
+
+
 def _check_head(storage: EventSourcedStorage) -> None:
     """The head the owner's reads page by equals the session row's (from the mirror on
     SQLite, which keeps it; read from the row elsewhere)."""
@@ -150,6 +161,12 @@ async def test_the_mirror_equals_the_store_after_every_commit(
         return held, first, then
 
     held, first, then = await h.command(graph)
+
+    def notes(tx: Command) -> None:  # entries the owner keeps (SQLite) beside the store's
+        tx.append_entry(c.id, "user", {"text": "a note"}, metadata={"via": "test"}, key="k1")
+        tx.append_entry(c.id, "assistant", "plain text", by_task_id=held)
+
+    await h.command(notes)
     assert await c.drive() == "idle"
     assert (await h.task(held)).status == "waiting"  # type: ignore[union-attr]
     for done in (first, then):
@@ -242,8 +259,14 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     line = h.scheduler.line
     storage = _storage(h)
     assert storage.task_queries.live_tasks() == []  # loaded
-    await line.run(lambda tx: tx.create_task(c.id, "work", status="waiting"), defer=True)
+
+    def work_and_note(tx: Command) -> int:
+        tx.create_task(c.id, "work", status="waiting")
+        return tx.append_entry(c.id, "user", "lost with its batch")
+
+    entry = await line.run(work_and_note, defer=True)
     assert len(storage.task_queries.live_tasks()) == 1  # the owner sees its deferred batch
+    assert list(await h.get_entries([entry])) == [entry]  # the deferred batch: kept
     flush = storage.recorder.flush  # type: ignore[attr-defined]
 
     def failing() -> None:
@@ -257,6 +280,8 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     assert storage.task_queries._live is None
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
     _check_head(storage)  # not the rolled-back command's
+    assert storage.queries.get_entries([entry]) == {}  # the handle faulted: its queries
+    assert Queries(storage._read_store).get_entries([entry]) == {}
     await h.close()
 
 
@@ -354,8 +379,9 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
     backend: Backend,
 ) -> None:
     """On SQLite the busy check of an accepted prompt (its conversation's live foreground
-    tasks) and the queue scan's page head come from the owner's mirror: a turn reads
-    neither the session row nor the live-task rows, each a statement. The memory read
+    tasks) and the queue scan's page head come from the owner's mirror, and the entries the
+    model's context adds from those it saved: a turn reads neither the session row nor
+    task or entry rows, each a statement. The memory read
     model (memory, JSONL) answers those scans as cheaply itself; PostgreSQL keeps no
     mirror: it reads both."""
     h = await _open(backend, provider=pico.FauxProvider(["one", "two"]))
@@ -363,7 +389,8 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
     await c.prompt("first")  # the mirror loads
     store = _storage(h)._read_store
     calls: dict[str, int] = {}
-    originals = {name: getattr(store, name) for name in ("meta", "scan_task_rows", "task_rows")}
+    names = ("meta", "scan_task_rows", "task_rows", "entry_rows")
+    originals = {name: getattr(store, name) for name in names}
 
     def counting(name: str) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -381,9 +408,9 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
             setattr(store, name, method)
     assert result is not None and result.status == "done"
     if backend.name == "sqlite":
-        assert calls == {}
+        assert calls == {}  # the context projection's new entries: the owner's own, kept
     elif _mirrors(backend):  # memory, JSONL: the memory read model answers scans itself
-        assert "task_rows" not in calls
+        assert "task_rows" not in calls and calls.get("entry_rows", 0) >= 1
     else:
         assert calls.get("meta", 0) >= 1 and calls.get("scan_task_rows", 0) >= 1
     await h.close()
