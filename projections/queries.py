@@ -838,7 +838,8 @@ class TaskQueries:
             return
         for op in ops:
             if type(op) is PutCommit:
-                self._head = op.last
+                if self._scans:
+                    self._head = op.last
             elif isinstance(op, TaskOp):
                 task_id = op.task_id
                 row = live.get(task_id)
@@ -867,9 +868,9 @@ class TaskQueries:
         if self._live is None or seen != self._seen:
             self._meta.clear()
             with self.store.read():  # the rows and the head of one snapshot
-                meta = self.store.meta()
+                meta = self.store.meta() if self._scans else None  # only scans answer by it
                 self._live = {r.id: r for r in self._scan_live()}
-            self._head = meta.head if meta else 0
+            self._head = (meta.head if meta else 0) if self._scans else None
             self._seen = seen
         return self._live
 
