@@ -58,15 +58,22 @@ class _Timed:
         self.connections: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         self.log: list[tuple[int, Any, str, str, Any, bool]] | None = [] if record else None
 
+    def add(self, how: str, sql: str, elapsed: float) -> None:
+        """Count one statement of its kind and the seconds it took."""
+        key = ("many: " if how == "many" else "") + _kind(sql)
+        self.seconds[key] = self.seconds.get(key, 0.0) + elapsed
+        self.calls[key] += 1
+
+    def kinds(self) -> dict[str, list[float]]:
+        """Each kind's [calls, seconds], as the JSON line carries them."""
+        return {k: [self.calls[k], self.seconds[k]] for k in self.calls}
+
     def install(self) -> None:
         timed = self
         clock = time.perf_counter
 
         def note(cur: Any, how: str, sql: str, params: Any, t0: float, failed: bool) -> None:
-            elapsed = clock() - t0  # before the statement's kind is worked out
-            key = ("many: " if how == "many" else "") + _kind(sql)
-            timed.seconds[key] = timed.seconds.get(key, 0.0) + elapsed
-            timed.calls[key] += 1
+            timed.add(how, sql, clock() - t0)  # timed before the kind is worked out
             if timed.log is not None:
                 conn = cur.connection
                 timed.log.append((conn.number, conn.isolation_level, how, sql, params, failed))
@@ -113,12 +120,11 @@ class _Timed:
                 super().rollback()
                 note(self.cursor(), "rollback", "rollback()", (), t0, False)
 
-            def executescript(self, script: str) -> Any:  # schemas: recorded, not timed
-                if timed.log is not None:
-                    timed.log.append(
-                        (self.number, self.isolation_level, "script", script, (), False)
-                    )
-                return super().executescript(script)
+            def executescript(self, script: str) -> Any:  # the floor's schema
+                t0 = clock()
+                result = super().executescript(script)
+                note(self.cursor(), "script", script, (), t0, False)
+                return result
 
         connect = sqlite3.connect
 
@@ -153,8 +159,7 @@ def _child(program: str, turns: int, timed: bool, record: str | None) -> None:
     if record is not None:
         with open(record, "wb") as f:
             pickle.dump((probe.connections, probe.log), f)
-    kinds = {k: [probe.calls[k], probe.seconds[k]] for k in probe.calls}
-    print(json.dumps({"wall": wall, "kinds": kinds}))
+    print(json.dumps({"wall": wall, "kinds": probe.kinds()}))
 
 
 def _replay(record: str) -> None:
@@ -173,8 +178,7 @@ def _replay(record: str) -> None:
 
     opened: dict[int, sqlite3.Connection] = {}
     cursors: dict[int, sqlite3.Cursor] = {}
-    seconds: dict[str, float] = {}
-    calls: Counter[str] = Counter()
+    tally = _Timed()
     clock = time.perf_counter
     t0 = clock()
     for number, isolation, how, sql, params, failed in log:
@@ -202,15 +206,11 @@ def _replay(record: str) -> None:
         except sqlite3.Error:
             if not failed:
                 raise
-        elapsed = clock() - began
-        key = ("many: " if how == "many" else "") + _kind(sql)
-        seconds[key] = seconds.get(key, 0.0) + elapsed
-        calls[key] += 1
+        tally.add(how, sql, clock() - began)
     wall = clock() - t0
     for conn in opened.values():
         conn.close()
-    kinds = {k: [calls[k], seconds[k]] for k in calls}
-    print(json.dumps({"wall": wall, "kinds": kinds}))
+    print(json.dumps({"wall": wall, "kinds": tally.kinds()}))
 
 
 def _run(program: str, turns: int, timed: bool, record: str | None = None) -> dict[str, Any]:
