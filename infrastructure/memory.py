@@ -32,6 +32,11 @@ class MemoryDatabase:
         self.read_stores: dict[str, MemoryReadStore] = {}
 
     def read_store(self, session_id: str) -> MemoryReadStore:
+        # Every saved batch asks (``MemoryRecorder.publish``): a store once made stays
+        # (JSONL replaces it under the lock, whole), so a plain read finds it.
+        store = self.read_stores.get(session_id)
+        if store is not None:
+            return store
         with self.lock:
             store = self.read_stores.get(session_id)
             if store is None:

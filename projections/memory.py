@@ -107,16 +107,9 @@ class MemoryReadStore:
                 self._apply(op)
 
     def _apply(self, op: RowOp) -> None:
-        if isinstance(op, PutEntry):
-            self._entries[op.entry_id] = entry_row(op)
-            self._by_conv.setdefault(op.conversation_id, []).append(op.entry_id)
-            self._by_kind.setdefault((op.conversation_id, op.kind), []).append(op.entry_id)
-            if op.key is not None:
-                self._by_key.setdefault((op.conversation_id, op.key), []).append(op.entry_id)
-        elif isinstance(op, AppendContext):
-            self._context[op.conversation_id].extend(op.ids)
-            self._edit(EditRow(op.conversation_id, op.seq, "append", op.ids, 0, op.revision))
-        elif isinstance(op, PutCommit):
+        # Most frequent first (an agent turn: 10 commits, 9 task patches, 5 entries, 5
+        # context appends, 5 new tasks, 2 values): each op walks this chain.
+        if isinstance(op, PutCommit):
             meta = self._meta
             assert meta is not None
             main = op.scope == "main"
@@ -132,6 +125,42 @@ class MemoryReadStore:
             )
             if main:
                 self._boundaries.add(op.last)
+        elif isinstance(op, PatchTask):
+            task = self._tasks[op.task_id]
+            if op.role == "terminal" and task.role != "terminal":
+                del self._live[bisect.bisect_left(self._live, op.task_id)]
+            self._tasks[op.task_id] = next_task_row(op, task)
+        elif isinstance(op, PutEntry):
+            self._entries[op.entry_id] = entry_row(op)
+            self._by_conv.setdefault(op.conversation_id, []).append(op.entry_id)
+            self._by_kind.setdefault((op.conversation_id, op.kind), []).append(op.entry_id)
+            if op.key is not None:
+                self._by_key.setdefault((op.conversation_id, op.key), []).append(op.entry_id)
+        elif isinstance(op, AppendContext):
+            self._context[op.conversation_id].extend(op.ids)
+            self._edit(EditRow(op.conversation_id, op.seq, "append", op.ids, 0, op.revision))
+        elif isinstance(op, PutTask):
+            self._tasks[op.task_id] = next_task_row(op, None)
+            self._task_ids.append(op.task_id)
+            if op.role != "terminal":
+                self._live.append(op.task_id)
+        elif isinstance(op, EstablishAddress):
+            self._policies.setdefault((op.scope_kind, op.kind, op.namespace, op.key), op.rewind)
+        elif isinstance(op, PutValue):
+            k = (op.scope, op.namespace, op.key)
+            if k not in self._values:
+                bisect.insort(self._value_keys.setdefault(op.scope, []), (op.namespace, op.key))
+            self._values[k] = (op.seq, op.value)
+        elif isinstance(op, RetireWorking):
+            for ns, key in list(self._value_keys.get(op.scope, [])):
+                cur = self._values.get((op.scope, ns, key))
+                if cur is not None and cur[0] <= op.seq:
+                    self._drop_value(op.scope, ns, key)
+            for ns, key in list(self._element_keys.get(op.scope, set())):
+                got = self._elements.get((op.scope, ns, key))
+                if got is not None:
+                    cut = bisect.bisect_right(got[0], op.seq)
+                    del got[0][:cut], got[1][:cut]
         elif isinstance(op, CreateConversation):
             cid = op.conversation_id
             self._convs[cid] = ConvRow(
@@ -164,13 +193,6 @@ class MemoryReadStore:
         elif isinstance(op, DeleteConversation):
             cid = op.conversation_id
             self._convs[cid] = self._convs[cid]._replace(deleted_seq=op.seq)
-        elif isinstance(op, EstablishAddress):
-            self._policies.setdefault((op.scope_kind, op.kind, op.namespace, op.key), op.rewind)
-        elif isinstance(op, PutValue):
-            k = (op.scope, op.namespace, op.key)
-            if k not in self._values:
-                bisect.insort(self._value_keys.setdefault(op.scope, []), (op.namespace, op.key))
-            self._values[k] = (op.seq, op.value)
         elif isinstance(op, DropValue):
             self._drop_value(op.scope, op.namespace, op.key)
         elif isinstance(op, PutVersion):
@@ -188,26 +210,6 @@ class MemoryReadStore:
             self._elements.pop((op.scope, op.namespace, op.key), None)
         elif isinstance(op, PutClear):
             self._clears.setdefault((op.scope, op.namespace, op.key), []).append(op.seq)
-        elif isinstance(op, RetireWorking):
-            for ns, key in list(self._value_keys.get(op.scope, [])):
-                cur = self._values.get((op.scope, ns, key))
-                if cur is not None and cur[0] <= op.seq:
-                    self._drop_value(op.scope, ns, key)
-            for ns, key in list(self._element_keys.get(op.scope, set())):
-                got = self._elements.get((op.scope, ns, key))
-                if got is not None:
-                    cut = bisect.bisect_right(got[0], op.seq)
-                    del got[0][:cut], got[1][:cut]
-        elif isinstance(op, PutTask):
-            self._tasks[op.task_id] = next_task_row(op, None)
-            self._task_ids.append(op.task_id)
-            if op.role != "terminal":
-                self._live.append(op.task_id)
-        elif isinstance(op, PatchTask):
-            task = self._tasks[op.task_id]
-            if op.role == "terminal" and task.role != "terminal":
-                del self._live[bisect.bisect_left(self._live, op.task_id)]
-            self._tasks[op.task_id] = next_task_row(op, task)
         elif isinstance(op, MarkTaskAbort):
             self._tasks[op.task_id] = next_task_row(op, self._tasks[op.task_id])
         elif isinstance(op, LinkOwned):
