@@ -11,6 +11,11 @@ and ``benchmarks.turns_bench`` on SQLite and on the memory backend.
 
     python -m benchmarks.instructions                      # floor, SQLite, memory
     python -m benchmarks.instructions --only memory --low 20 --high 120
+    python -m benchmarks.instructions --only command --low 1000 --high 3000
+
+``command`` is not a turn but one command that sets one session value
+(``benchmarks.command_loop``, memory backend): the fixed cost every command pays; its LOW
+and HIGH count commands.
 
 What it does not count: time in the kernel (the floor's writes and fsyncs are most of its
 wall time) and waiting. The issue's targets are wall-time ratios (``benchmarks.floor_bench``);
@@ -37,6 +42,12 @@ PROGRAMS: dict[str, Callable[[int], list[str]]] = {
     "memory": lambda turns: [
         sys.executable,
         *("-m", "benchmarks.turns_bench", "--memory", "--turns", str(turns)),
+    ],
+    # Not a turn: one command that sets one value (memory backend), the fixed cost every
+    # command of a turn pays; LOW and HIGH count commands.
+    "command": lambda commands: [
+        sys.executable,
+        *("-m", "benchmarks.command_loop", "--commands", str(commands)),
     ],
 }
 
@@ -77,12 +88,12 @@ def main() -> None:
     chosen = args.only or list(PROGRAMS)
     counts = {p: per_turn(p, args.low, args.high) for p in chosen}
     print(f"Instructions per turn (callgrind, turns {args.low}-{args.high}):\n")
-    print("| program | M instructions a turn | against the floor |")
+    print("| program | M instructions a turn (a command for `command`) | against the floor |")
     print("|---|---|---|")
     base = counts.get("floor")
     for program, count in counts.items():
         ratio = "-" if base is None else f"{count / base:.2f}x"
-        print(f"| {program} | {count / 1e6:.2f} | {ratio} |")
+        print(f"| {program} | {count / 1e6:.3f} | {ratio} |")
 
 
 if __name__ == "__main__":
