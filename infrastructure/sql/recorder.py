@@ -547,7 +547,7 @@ class SqlProjectionWriter:
                 else:
                     self._x(_HEAD, (op.last, sid))
             elif isinstance(op, PatchTask):
-                after = json.dumps(list(op.after))
+                after = _int_list(op.after)
                 self._x(
                     _PATCH_TASK,
                     (
@@ -573,7 +573,7 @@ class SqlProjectionWriter:
                         op.status,
                         op.role,
                         encode_text(TASK_STATE, op.state),
-                        json.dumps(list(op.after)),
+                        _int_list(op.after),
                         op.foreground,
                         op.spawned_by,
                         op.not_before,
@@ -689,7 +689,7 @@ class SqlProjectionWriter:
             seq,
             op,
             op in ("create", "reset"),
-            json.dumps(list(ids)),
+            _int_list(ids),
             removed,
             revision,
         )
@@ -734,6 +734,17 @@ class SqlProjectionWriter:
         # Whether a suffix was retained is not known here: the next append reads.
         self._changed.pop(cid, None)
         self._forgotten.add(cid)
+
+
+def _int_list(values: Sequence[int]) -> str:
+    """``json.dumps(list(values))``, the same text, without the encoder's machinery for a
+    list of ints: a task's dependencies (most often none) and a context edit's ids, each
+    row op of a turn has one."""
+    if not values:
+        return "[]"
+    if all(type(v) is int for v in values):
+        return "[" + ", ".join(map(str, values)) + "]"
+    return json.dumps(list(values))
 
 
 #: What an event row whose stream number names no ``pico_streams`` row reads as: the nil
