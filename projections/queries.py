@@ -8,6 +8,7 @@ unrelated history: every primitive is a point lookup or an indexed range.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -772,23 +773,23 @@ def task_page(
     return out
 
 
+#: TaskSnapshot's fields, in order: TaskRow holds the same, in the same order.
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskSnapshot))
+if TaskRow._fields != _TASK_FIELDS:  # _task fills one from the other by position
+    raise TypeError(f"TaskRow {TaskRow._fields} and TaskSnapshot {_TASK_FIELDS} differ")
+_new = object.__new__
+
+
 def _task(r: TaskRow, state: bool = True) -> TaskSnapshot:
-    return TaskSnapshot(
-        id=r.id,
-        conversation_id=r.conversation_id,
-        kind=r.kind,
-        status=r.status,
-        role=r.role,
-        state=loads(r.state) if state else None,
-        after=tuple(r.after),
-        foreground=r.foreground,
-        spawned_by=r.spawned_by,
-        owned_conversation_id=r.owned_conversation_id,
-        not_before=r.not_before,
-        required_permit=r.required_permit,
-        abort_requested=r.abort_requested,
-        updated_seq=r.updated_seq,
-    )
+    # Filled into the instance's own dict, not through the frozen dataclass's __init__ (an
+    # object.__setattr__ per field, fourteen here; about twelve snapshots a turn): equal,
+    # hashing and printing alike.
+    snapshot = _new(TaskSnapshot)
+    fields = snapshot.__dict__
+    fields.update(zip(_TASK_FIELDS, r, strict=True))
+    fields["state"] = loads(r.state) if state else None
+    fields["after"] = tuple(r.after)
+    return snapshot
 
 
 class TaskQueries:
