@@ -31,22 +31,8 @@ ROW = TaskRow(
 
 
 def _constructed(state: object) -> TaskSnapshot:
-    return TaskSnapshot(
-        id=7,
-        conversation_id=2,
-        kind="tool",
-        status="running",
-        role="inflight",
-        state=state,  # type: ignore[arg-type]
-        after=(3, 5),
-        foreground=True,
-        spawned_by=4,
-        owned_conversation_id=None,
-        not_before=12.5,
-        required_permit="net",
-        abort_requested=False,
-        updated_seq=41,
-    )
+    """The snapshot of ``ROW`` through the dataclass's own constructor, by field name."""
+    return TaskSnapshot(**{**ROW._asdict(), "state": state, "after": (3, 5)})
 
 
 def test_a_task_record_is_the_snapshot_its_constructor_makes() -> None:
