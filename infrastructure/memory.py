@@ -32,8 +32,9 @@ class MemoryDatabase:
         self.read_stores: dict[str, MemoryReadStore] = {}
 
     def read_store(self, session_id: str) -> MemoryReadStore:
-        # Every saved batch asks (``MemoryRecorder.publish``): a store once made stays
-        # (JSONL replaces it under the lock, whole), so a plain read finds it.
+        # Every saved batch asks (``MemoryRecorder.publish``): a store once made is never
+        # removed (a read-only JSONL store puts its own in when it opens, before anything
+        # reads it), so a plain read finds it.
         store = self.read_stores.get(session_id)
         if store is not None:
             return store

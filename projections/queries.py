@@ -777,6 +777,8 @@ def task_page(
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskSnapshot))
 if TaskRow._fields != _TASK_FIELDS:  # _task fills one from the other by position
     raise TypeError(f"TaskRow {TaskRow._fields} and TaskSnapshot {_TASK_FIELDS} differ")
+if hasattr(TaskSnapshot, "__post_init__") or hasattr(TaskSnapshot, "__slots__"):
+    raise TypeError("TaskSnapshot checks or slots its fields: _task would bypass them")
 _new = object.__new__
 
 

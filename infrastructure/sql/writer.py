@@ -213,6 +213,11 @@ class RawWriter:
                     self._end_batch()
                     self._release()
                 return
+            if self.pending and not conn.in_transaction:
+                # SQLite rolled the open batch back by itself (an I/O, disk-full or
+                # out-of-memory error in a statement inside it): its commands are lost,
+                # and this one would run outside any batch, on what they numbered.
+                raise RuntimeError(f"the open batch on {self.db.location} was rolled back")
             if not self.pending and not held:
                 if self.db.pending:
                     self.db.flush_pending(but=self)

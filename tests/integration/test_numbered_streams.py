@@ -289,3 +289,37 @@ async def test_an_event_whose_number_names_no_row_is_reported_at_its_position(
             await (await h.root()).entries()
         finally:
             await h.close()
+
+
+def test_a_batch_sqlite_rolled_back_by_itself_is_lost_and_no_row_lands_on_its_numbers(
+    tmp_path: Path,
+) -> None:
+    """SQLite may roll an open transaction back by itself (an I/O, disk-full or
+    out-of-memory error in a statement inside it). The deferred batch is then lost: the
+    next command must not run outside it, on the numbers the lost batch gave rows that
+    another writer may since have been given."""
+    url = f"sqlite:///{tmp_path / 'rolled.db'}"
+    db, other_db = SqlDatabase(url), SqlDatabase(url)
+    rec, other = SqlRecorder(db), SqlRecorder(other_db)
+    try:
+        a, x, y = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+        x_topic, y_topic = _topic(), _topic()
+        rec.insert_events([StoredEvent(a, 1, _topic(), b"{}")], session_id="s")
+        rec.insert_events([StoredEvent(x, 1, x_topic, b"{}")], session_id="s", defer=True)
+        rec.writer.connection().execute("ROLLBACK")  # what SQLite does after such an error
+        # Another writer numbers a new stream and topic: it is given the lost numbers.
+        other.insert_events([StoredEvent(y, 1, y_topic, b"{}")], session_id="o")
+        with pytest.raises(RuntimeError, match="rolled back"):
+            rec.insert_events([StoredEvent(x, 2, x_topic, b'{"v":2}')], session_id="s")
+        # Check: nothing was written on the lost numbers; the other stream is intact.
+        assert [(e.originator_id, e.topic) for e in other.select_events(y)] == [(y, y_topic)]
+        assert _numbers(db, x) == []
+        # The writer starts afresh: X, numbered again, gets rows of its own.
+        rec.insert_events([StoredEvent(x, 1, x_topic, b"{}")], session_id="s")
+        assert [(e.originator_version, e.topic) for e in rec.select_events(x)] == [(1, x_topic)]
+        assert [e.originator_id for e in other.select_events(y)] == [y]
+    finally:
+        rec.close()
+        other.close()
+        db.close()
+        other_db.close()
