@@ -84,15 +84,15 @@ class SqlRecorder(AggregateRecorder):
         #: as of its last committed transaction (None: an empty context): the owner is the
         #: session's only writer, so an append needs no read of it (``_LAST_POSITION``).
         self._lasts: dict[tuple[str, int], int | None] = {}
-        #: Stream ids (hex) and sessions (``_SESSION_KEY`` + id) known to be rows of
-        #: ``pico_streams`` and ``pico_session_numbers`` (committed), and topics known to
-        #: be rows of ``pico_topics`` (a few dozen: never forgotten); in the
-        #: ``_unconfirmed`` sets, those this writer added in a batch not known to be
-        #: committed yet (``_confirm``). A batch adds the rows its events lack.
+        #: PostgreSQL: stream ids (hex) and sessions (``_SESSION_KEY`` + id) known to be
+        #: rows of ``pico_streams`` and ``pico_session_numbers`` (committed), and topics
+        #: known to be rows of ``pico_topics`` (numbered before the batch, committed: a few
+        #: dozen, never forgotten); in ``_unconfirmed``, the streams and sessions this
+        #: writer added in a batch not known to be committed yet (``_confirm``). A batch
+        #: adds the rows its events lack.
         self._known: set[str] = set()
         self._topics: set[str] = set()
         self._unconfirmed: set[str] = set()
-        self._unconfirmed_topics: set[str] = set()
         #: SQLite: the numbers of the session, stream and topic rows this writer has read
         #: or added (keys as in ``_known``; topics under ``_TOPIC_KEY``), as its connection
         #: sees them: committed, or added in the open batch. An event row names them as
@@ -114,11 +114,12 @@ class SqlRecorder(AggregateRecorder):
     ) -> Sequence[int] | None:
         session_id: str = kwargs.get("session_id", "")
         ops: Sequence[RowOp] = kwargs.get("ops", ())
+        defer = bool(kwargs.get("defer"))
         if self._numbers is not None:
-            self._insert_numbered(stored_events, session_id, ops, bool(kwargs.get("defer")))
+            self._insert_numbered(stored_events, session_id, ops, defer)
             return None
+        # PostgreSQL's events, and either dialect's snapshots.
         new_streams: list[tuple[str]] = []
-        new_topics: list[tuple[str]] = []
         new_session: list[tuple[str]] = []
         if self.is_events:
             sql = self._writer.sql(_INSERT_EVENT)
@@ -127,9 +128,8 @@ class SqlRecorder(AggregateRecorder):
             known = self._known
             # Joining an open deferred batch: what its earlier commands numbered is in it
             # (a failure rolls them back with the batch and clears ``_unconfirmed``).
-            joined = self._writer.pending
-            added = self._unconfirmed if joined else _NONE
-            added_topics = self._unconfirmed_topics if joined else _NONE
+            added = self._unconfirmed if self._writer.pending else _NONE
+            new_topics: list[str] = []
             session_key = _SESSION_KEY + session_id
             if stored_events and session_key not in known and session_key not in added:
                 new_session.append((session_id,))
@@ -138,16 +138,11 @@ class SqlRecorder(AggregateRecorder):
                 topic = e.topic
                 if oid not in known and oid not in added and (oid,) not in new_streams:
                     new_streams.append((oid,))
-                if (
-                    topic not in self._topics
-                    and topic not in added_topics
-                    and (topic,) not in new_topics
-                ):
-                    new_topics.append((topic,))
+                if topic not in self._topics and topic not in new_topics:
+                    new_topics.append(topic)
                 rows.append((session_id, oid, e.originator_version, topic, encode(topic, e.state)))
-            if new_topics and self.db.dialect == "postgresql":
-                self._number_topics([topic for (topic,) in new_topics])
-                new_topics = []
+            if new_topics:
+                self._number_topics(new_topics)
         else:
             sql = self._writer.sql(_INSERT_SNAPSHOT)
             rows = [
@@ -156,12 +151,10 @@ class SqlRecorder(AggregateRecorder):
             ]
 
         def write(cur: Any) -> None:
-            # Idempotent (a topic another writer added, a stale writer's duplicate first
-            # event: its event row then conflicts, as before the numbering).
+            # Idempotent (a stale writer's duplicate first event: its event row then
+            # conflicts, as before the numbering).
             if new_session:
                 cur.executemany(self._writer.sql(_ADD_SESSION[self.db.dialect]), new_session)
-            if new_topics:
-                cur.executemany(self._writer.sql(_ADD_TOPIC[self.db.dialect]), new_topics)
             if new_streams:
                 cur.executemany(self._writer.sql(_ADD_STREAM[self.db.dialect]), new_streams)
             if rows:
@@ -170,33 +163,49 @@ class SqlRecorder(AggregateRecorder):
                 # Only the newest snapshot is ever read: older ones would grow storage with
                 # every snapshot interval (a context can be long), so replace them.
                 cur.executemany(self._writer.sql(_PRUNE_SNAPSHOTS), [(r[0], r[1]) for r in rows])
-            if ops:
-                projection.apply(ops, cur)
-            if notify is not None:
-                # Last, in the same transaction: delivered at COMMIT, dropped by a rollback.
-                cur.execute(self.db.notify_statement, (notify,))
 
-        notify = self._channel(session_id) if self.notify_commits and rows else None
-        projection = SqlProjectionWriter(
-            None, self._writer.sql, session_id, self.db.dialect, lasts=self._lasts
-        )
-        defer = bool(kwargs.get("defer"))
-        try:
-            self._writer.transaction(write, defer=defer)
-        except BaseException:
-            # What the failed transaction read or wrote is not the database's: forget all
-            # (a rolled-back deferred batch took earlier commands' appends with it).
-            self._lasts.clear()
-            self._unconfirmed.clear()
-            self._unconfirmed_topics.clear()
-            raise
-        projection.settle()
-        self._unconfirmed_topics.update(t for (t,) in new_topics)
+        self._transaction(session_id, ops, defer, write, notify=self.notify_commits and bool(rows))
         self._unconfirmed.update(o for (o,) in new_streams)
         self._unconfirmed.update(_SESSION_KEY + n for (n,) in new_session)
         if not defer:
             self._confirm()
         return None
+
+    def _transaction(
+        self,
+        session_id: str,
+        ops: Sequence[RowOp],
+        defer: bool,
+        rows: Callable[[Any], None],
+        *,
+        notify: bool = False,
+    ) -> None:
+        """One write transaction (or a command joining the open batch): ``rows(cur)`` (the
+        batch's event or snapshot rows), then its read-model row ops, then (PostgreSQL) the
+        commit's NOTIFY. A failure forgets what this writer knew of the database."""
+        channel = self._channel(session_id) if notify else None
+        projection = SqlProjectionWriter(
+            None, self._writer.sql, session_id, self.db.dialect, lasts=self._lasts
+        )
+
+        def write(cur: Any) -> None:
+            rows(cur)
+            if ops:
+                projection.apply(ops, cur)
+            if channel is not None:
+                # Last, in the same transaction: delivered at COMMIT, dropped by a rollback.
+                cur.execute(self.db.notify_statement, (channel,))
+
+        try:
+            self._writer.transaction(write, defer=defer)
+        except BaseException:
+            # What the failed transaction read or wrote is not the database's: forget all
+            # (a rolled-back deferred batch took earlier commands' rows with it).
+            self._lasts.clear()
+            self._unconfirmed.clear()
+            self._forget_numbers()
+            raise
+        projection.settle()
 
     def _insert_numbered(
         self,
@@ -217,15 +226,12 @@ class SqlRecorder(AggregateRecorder):
             (_hex(e.originator_id), e.originator_version, e.topic, encode(e.topic, e.state))
             for e in stored_events
         ]
-        projection = SqlProjectionWriter(
-            None, self._writer.sql, session_id, "sqlite", lasts=self._lasts
-        )
 
         def write(cur: Any) -> None:
-            def number(key: str, table: dict[str, str], find: str, value: str) -> int:
+            def number(key: str, add: str, find: str, value: str) -> int:
                 # Added if missing (INSERT OR IGNORE: another writer may have added it),
                 # then read back unless this insert made it.
-                cur.execute(table["sqlite"], (value,))
+                cur.execute(add, (value,))
                 if cur.rowcount == 1:
                     found = int(cur.lastrowid)
                 else:
@@ -234,28 +240,21 @@ class SqlRecorder(AggregateRecorder):
                 numbers[key] = found
                 return found
 
-            if events:
-                key = _SESSION_KEY + session_id
-                session = numbers.get(key) or number(key, _ADD_SESSION, _FIND_SESSION, session_id)
-                rows: list[tuple[Any, ...]] = []
-                for oid, version, topic, state in events:
-                    stream = numbers.get(oid) or number(oid, _ADD_STREAM, _FIND_STREAM, oid)
-                    key = _TOPIC_KEY + topic
-                    topic_no = numbers.get(key) or number(key, _ADD_TOPIC, _FIND_TOPIC, topic)
-                    rows.append((session, stream, version, topic_no, state))
-                cur.executemany(_INSERT_NUMBERED_EVENT, rows)
-            if ops:
-                projection.apply(ops, cur)
+            if not events:
+                return
+            key = _SESSION_KEY + session_id
+            session = numbers.get(key) or number(
+                key, _ADD_SESSION["sqlite"], _FIND_SESSION, session_id
+            )
+            rows: list[tuple[Any, ...]] = []
+            for oid, version, topic, state in events:
+                stream = numbers.get(oid) or number(oid, _ADD_STREAM["sqlite"], _FIND_STREAM, oid)
+                key = _TOPIC_KEY + topic
+                topic_no = numbers.get(key) or number(key, _ADD_TOPIC, _FIND_TOPIC, topic)
+                rows.append((session, stream, version, topic_no, state))
+            cur.executemany(_INSERT_NUMBERED_EVENT, rows)
 
-        try:
-            self._writer.transaction(write, defer=defer)
-        except BaseException:
-            # What the failed transaction read or wrote is not the database's: forget all
-            # (a rolled-back deferred batch took earlier commands' rows with it).
-            self._lasts.clear()
-            numbers.clear()
-            raise
-        projection.settle()
+        self._transaction(session_id, ops, defer, write)
         if len(numbers) > _KNOWN_LIMIT:
             numbers.clear()  # bounded: a number forgotten is one probe to learn again
 
@@ -285,14 +284,11 @@ class SqlRecorder(AggregateRecorder):
         self._topics.update(topics)
 
     def _confirm(self) -> None:
-        """Everything this writer wrote is committed: the sessions, streams and topics it
-        numbered are rows for good (none is ever deleted), so later batches need not add them.
+        """PostgreSQL: everything this writer wrote is committed: the sessions and streams
+        it numbered are rows for good (none is ever deleted), so later batches need not add them.
         Until then (a deferred batch may yet roll back) each batch adds them again,
         idempotently. Bounded: past ``_KNOWN_LIMIT`` the writer starts over, and a stream
         it no longer knows costs one idempotent insert."""
-        if self._unconfirmed_topics:
-            self._topics.update(self._unconfirmed_topics)
-            self._unconfirmed_topics.clear()
         if self._unconfirmed:
             if len(self._known) + len(self._unconfirmed) > _KNOWN_LIMIT:
                 self._known.clear()
@@ -397,7 +393,6 @@ class SqlRecorder(AggregateRecorder):
             self._writer.flush()
         except BaseException:
             self._unconfirmed.clear()
-            self._unconfirmed_topics.clear()
             self._forget_numbers()
             raise
         self._confirm()
@@ -457,10 +452,7 @@ _ADD_STREAM = {
     "postgresql": ("INSERT INTO pico_streams (originator_id) VALUES (?) ON CONFLICT DO NOTHING"),
 }
 _ADD_TOPIC_PG = "INSERT INTO pico_topics (topic) VALUES (%s) ON CONFLICT DO NOTHING"
-_ADD_TOPIC = {
-    "sqlite": "INSERT OR IGNORE INTO pico_topics (topic) VALUES (?)",
-    "postgresql": "INSERT INTO pico_topics (topic) VALUES (?) ON CONFLICT DO NOTHING",
-}
+_ADD_TOPIC = "INSERT OR IGNORE INTO pico_topics (topic) VALUES (?)"  # SQLite
 _INSERT_SNAPSHOT = (
     "INSERT INTO pico_snapshots (originator_id, originator_version, topic, "
     "state) VALUES (?, ?, ?, ?)"
