@@ -613,6 +613,12 @@ class Command:
             scope = SESSION_SCOPE
         return self._state.scan_values(scope, namespace=namespace, after=after, limit=limit)
 
+    def values_under(self, conversation_id: int, prefix: str) -> list[tuple[str, str, int, str]]:
+        """Every current value of a conversation's scope whose namespace starts with
+        ``prefix``, in (namespace, key) order, as (namespace, key, seq, JSON text): the
+        input queues (``flows/inputs.py``), read at every placement."""
+        return self._state.values_under(conversation_scope(conversation_id), prefix)
+
     def retire_working_scope(self, scope: WorkingScope) -> None:
         """End a working scope's lifetime (a main mutation). Its contents become invisible
         and storage reclaims them in this commit; the name can start a fresh lifetime."""

@@ -120,6 +120,7 @@ class StatePort(Protocol):
         after: tuple[str, str] | None = None,
         limit: int = 100,
     ) -> ValuePage: ...
+    def values_under(self, scope: str, prefix: str) -> list[tuple[str, str, int, str]]: ...
 
 
 @dataclass(frozen=True)

@@ -167,12 +167,20 @@ class EventSourcedStorage:
         self.state_queries.known_head = self.task_queries.mirrored_head
         # And the entries it saved last: a turn's context projection reads them back.
         self.queries.own_entries()
+        # And, while the live-task mirror says nobody else changed the store, the context
+        # tails a generation request projects and the input queues every placement checks
+        # (projections/mirrors.py). Not on the memory read model: it answers those as
+        # cheaply itself (callgrind: keeping them cost a memory turn 0.9% more).
+        self.queries.own_tails(self.task_queries.fresh)
+        self.state_queries.own_prefixes(self.task_queries.fresh)
         return True
 
     def disown_tasks(self) -> None:
         self.task_queries.disown()
         self.state_queries.known_head = None
         self.queries.disown_entries()
+        self.queries.own_tails(None)
+        self.state_queries.own_prefixes(None)
 
     def _forget_mirrors(self) -> None:
         """What the owner keeps of its own writes may be ahead of the store (a failed or
@@ -241,6 +249,7 @@ class EventSourcedStorage:
             raise
         self.task_queries.track(ops)
         self.queries.remember(ops)
+        self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
         due = [(a, n) for a, n in counts if _snapshot_due(a, n)]

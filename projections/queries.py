@@ -42,6 +42,7 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
+from pico.projections.mirrors import ContextTails, Freshness, PrefixValues, ValueRow, under
 from pico.projections.ops import (
     LinkOwned,
     MarkTaskAbort,
@@ -265,17 +266,26 @@ class Queries:
         #: kept). An entry never changes once saved, so ``get_entries`` answers these
         #: without a read; ``forget_entries`` drops them when a batch may have been lost.
         self._recent: OrderedDict[int, EntryRow] | None = None
+        #: The owner's context tails (``own_tails``; None: every read asks the store).
+        self._tails: ContextTails | None = None
 
-    # -- the owner's recent entries
+    # -- the owner's recent entries and context tails
     def own_entries(self) -> None:
         self._recent = OrderedDict()
 
     def disown_entries(self) -> None:
         self._recent = None
 
+    def own_tails(self, fresh: Freshness | None) -> None:
+        """Keep the owner's context tails while ``fresh`` says its mirrors are good (None:
+        stop keeping them)."""
+        self._tails = None if fresh is None else ContextTails(fresh)
+
     def remember(self, ops: Sequence[object]) -> None:
         """Keep the entries a saved batch wrote (its ``PutEntry`` row ops), as the store's
-        rows hold them."""
+        rows hold them, and the context tails it changed."""
+        if self._tails is not None:
+            self._tails.track(ops)
         recent = self._recent
         if recent is None:
             return
@@ -408,8 +418,18 @@ class Queries:
         current context, in one snapshot; positions only grow between prefix revisions."""
         check_id(conversation_id, "conversation_id")
         check_optional_position(after_position, "after_position")
+        tails = self._tails
+        if tails is None or tails.current() is None:
+            with self.store.read():
+                return self.store.context_tail(conversation_id, after_position)
+        kept = tails.get(conversation_id, after_position)
+        if kept is not None:
+            return kept
         with self.store.read():
-            return self.store.context_tail(conversation_id, after_position)
+            found = self.store.context_tail(conversation_id, after_position)
+        if found is not None:
+            tails.keep(conversation_id, after_position, found)
+        return found
 
     def context_as_of(self, conversation_id: int, position: int) -> tuple[int, ...]:
         check_id(conversation_id, "conversation_id")
@@ -539,6 +559,18 @@ class StateQueries:
         #: live-task mirror: ``TaskQueries.mirrored_head``); None, or an answer of None,
         #: reads the session row.
         self.known_head: Callable[[], int | None] | None = None
+        #: The owner's values under a prefix (``own_prefixes``; None: scans ask the store).
+        self._prefixed: PrefixValues | None = None
+
+    def own_prefixes(self, fresh: Freshness | None) -> None:
+        """Keep the owner's values under a prefix (``values_under``) while ``fresh`` says
+        its mirrors are good (None: stop keeping them)."""
+        self._prefixed = None if fresh is None else PrefixValues(fresh)
+
+    def track(self, ops: Sequence[object]) -> None:
+        """Apply a saved batch's value ops to what the owner keeps."""
+        if self._prefixed is not None:
+            self._prefixed.track(ops)
 
     def _cutoff(self, as_of: int | None) -> int:
         meta = self.store.meta()
@@ -677,6 +709,38 @@ class StateQueries:
         items = tuple(ValueItem(ns, key or None, seq, loads(text)) for ns, key, seq, text in rows)
         return ValuePage(items, head, (rows[-1][0], rows[-1][1]) if more and rows else None)
 
+    def values_under(self, scope: str, prefix: str) -> list[ValueRow]:
+        """Every current value of ``scope`` under ``prefix`` (``mirrors.under``: its
+        namespace starts with it) in (namespace, key) order, as (namespace, key, seq, JSON
+        text): one seek past ``(prefix, "")`` and pages to the last, in one snapshot. The
+        session's owner answers from one such read and its own saves since."""
+        prefixed = self._prefixed
+        if prefixed is not None and prefixed.current() is not None:
+            kept = prefixed.get(scope, prefix)
+            if kept is not None:
+                return kept
+            rows = self._scan_under(scope, prefix)
+            prefixed.keep(scope, prefix, rows)
+            return rows
+        return self._scan_under(scope, prefix)
+
+    def _scan_under(self, scope: str, prefix: str) -> list[ValueRow]:
+        out: list[ValueRow] = []
+        after = (prefix, "")
+        with self.store.read():
+            while True:
+                rows = self.store.scan_values(scope, namespace=None, after=after, limit=500)
+                for row in rows:
+                    if not under(prefix, row[0], row[1]):
+                        return out
+                    out.append(row)
+                if len(rows) < 500:
+                    return out
+                after = (rows[-1][0], rows[-1][1])
+
+
+#: How many of the tasks its saves ended the owner keeps (``TaskQueries._ended``).
+ENDED_TASKS = 64
 
 #: The row ops that change a task record (ops.py), in the order ``next_task_row`` tests.
 TaskOp = PutTask | PatchTask | MarkTaskAbort | LinkOwned
@@ -814,6 +878,12 @@ class TaskQueries:
         self._meta: dict[int, TaskSnapshot] = {}  # state-less snapshots of _live's rows
         self._head: int | None = None  # the session's head, kept with _live
         self._scans = False  # does the mirror answer live scans and the head (``own``)?
+        #: With ``_scans``: the rows of the tasks the owner's saves ended last (a terminal
+        #: row never changes again), which a join reads back when its inputs settle.
+        self._ended: dict[int, TaskRow] = {}
+        #: Moves whenever the mirror is dropped or read again from the store: what the
+        #: owner's other mirrors (``fresh``) were loaded under is then no longer known.
+        self.generation = 0
 
     # ------------------------------------------------------------------ the mirror
     def own(
@@ -854,8 +924,13 @@ class TaskQueries:
                 self._meta.pop(task_id, None)
                 if row.role == "terminal":
                     live.pop(task_id, None)
+                    if self._scans:
+                        self._ended[task_id] = row
                 else:
                     live[task_id] = row
+        ended = self._ended
+        while len(ended) > ENDED_TASKS:
+            del ended[next(iter(ended))]
         if self._own_writes_move and self._token is not None:
             self._seen = self._token()
 
@@ -863,13 +938,24 @@ class TaskQueries:
         self._live = None
         self._head = None
         self._meta.clear()
+        self._ended.clear()
+        self.generation += 1
+
+    def fresh(self) -> int | None:
+        """The mirror's ``generation`` once its token says that nothing but the owner's
+        own saves changed the store since it was loaded; None without a mirror. The
+        owner's other mirrors (the queue values, the context tails) are good while it is
+        the generation they were loaded under: they are kept by the same saves."""
+        return None if self._mirror() is None else self.generation
 
     def _mirror(self) -> dict[int, TaskRow] | None:
         if self._token is None:
             return None
         seen = self._token()
         if self._live is None or seen != self._seen:
+            self.generation += 1
             self._meta.clear()
+            self._ended.clear()
             with self.store.read():  # the rows and the head of one snapshot
                 meta = self.store.meta() if self._scans else None  # only scans answer by it
                 self._live = {r.id: r for r in self._scan_live()}
@@ -911,7 +997,12 @@ class TaskQueries:
         ids = check_ids(ids, "task ids")
         live = self._mirror()
         if live is not None:
-            found = {i: _task(live[i]) for i in ids if i in live}
+            ended = self._ended
+            found = {}
+            for i in ids:
+                row = live.get(i) or ended.get(i)
+                if row is not None:
+                    found[i] = _task(row)
             if len(found) == len(set(ids)):
                 return found
             ids = [i for i in ids if i not in found]  # terminal or unknown: the store

@@ -76,20 +76,15 @@ def enqueue(tx: Command, conversation_id: int, mode: str, content: JsonValue) ->
 
 
 def queued(tx: Command, conversation_id: int, modes: Sequence[str]) -> list[tuple[int, str]]:
-    """(input id, mode) of queued inputs in the given modes, in admission order: one scan
-    over the contiguous ``pico.queue.*`` namespaces of the conversation's values."""
+    """(input id, mode) of queued inputs in the given modes, in admission order: the
+    values under the contiguous ``pico.queue.*`` namespaces of the conversation (one seek;
+    the session's owner keeps them, so a placement check reads nothing)."""
     wanted = set(modes)
     found: list[tuple[int, str]] = []
-    after: tuple[str, str] | None = (_QUEUE, "")  # just before every queue namespace
-    while after is not None:
-        page = tx.scan_values(conversation_id=conversation_id, after=after, limit=500)
-        for item in page.items:
-            if not item.namespace.startswith(_QUEUE):
-                return sorted(found)  # past the queues
-            mode = item.namespace[len(_QUEUE) :]
-            if mode in wanted:
-                found.append((int(item.key or 0), mode))
-        after = page.next
+    for namespace, key, _, _ in tx.values_under(conversation_id, _QUEUE):
+        mode = namespace[len(_QUEUE) :]
+        if mode in wanted:
+            found.append((int(key or 0), mode))
     return sorted(found)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import pico
 from pico import Command
+from pico.application.flows.inputs import queue_address
 from pico.domain.errors import PersistenceUncertainError
 from pico.domain.state import SESSION_SCOPE, conversation_scope
 from pico.infrastructure.storage import EventSourcedStorage
@@ -61,6 +62,9 @@ def _check_after_every_save(monkeypatch: pytest.MonkeyPatch, checked: list[int])
             assert m.state is None and m == s.__class__(**{**s.__dict__, "state": None})
         _check_live_scans(self)
         _check_recent_entries(self)
+        _check_tails_and_queues(self)
+        ended = list(self.task_queries._ended)  # the tasks it ended last (SQLite's owner)
+        assert self.task_queries.get_tasks(ended) == TaskQueries(self._read_store).get_tasks(ended)
         checked.append(len(store))
 
     monkeypatch.setattr(EventSourcedStorage, "save", checking)
@@ -116,6 +120,38 @@ def _check_recent_entries(storage: EventSourcedStorage) -> None:
         return
     ids = list(recent)
     assert storage.queries.get_entries(ids) == Queries(storage._read_store).get_entries(ids)
+
+
+def _check_tails_and_queues(storage: EventSourcedStorage) -> int:
+    """What the owner keeps of its context tails and of its values under a prefix
+    (projections/mirrors.py) answers as the store does: every position it answers for
+    (each kept tail answers at least for its last), every kept value set. Returns how
+    many it checked."""
+    checked = 0
+    rows, unmirrored = storage._read_store, StateQueries(storage._read_store)
+    tails = storage.queries._tails
+    if tails is not None and tails.current() is not None:
+        for cid, tail in list(tails._tails.items()):
+            with rows.read():
+                full = rows.context_tail(cid, None)
+            assert full is not None and full[0] == tail.revision
+            positions = [p for p, _ in full[1]]
+            assert tail.last == (positions[-1] if positions else None)
+            assert tails.get(cid, tail.last if tail.last is not None else 0) is not None
+            for p in [-1, *positions]:
+                kept = tails.get(cid, p)
+                if kept is not None:
+                    with rows.read():
+                        assert kept == rows.context_tail(cid, p), (cid, p)
+                    checked += 1
+    prefixed = storage.state_queries._prefixed
+    if prefixed is not None and prefixed.current() is not None:
+        for scope, prefixes in list(prefixed._scopes.items()):
+            for prefix in prefixes:
+                kept_rows = prefixed.get(scope, prefix)
+                assert kept_rows == unmirrored.values_under(scope, prefix), (scope, prefix)
+                checked += 1
+    return checked
 
 
 def _check_head(storage: EventSourcedStorage) -> None:
@@ -260,12 +296,23 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     storage = _storage(h)
     assert storage.task_queries.live_tasks() == []  # loaded
 
+    scope = conversation_scope(c.id)
+    before = storage.queries.context_tail(c.id, None)  # the owner's tail and queue: kept
+    assert before == (0, []) and storage.state_queries.values_under(scope, "pico.queue.") == []
+
     def work_and_note(tx: Command) -> int:
         tx.create_task(c.id, "work", status="waiting")
-        return tx.append_entry(c.id, "user", "lost with its batch")
+        entry = tx.append_entry(c.id, "user", "lost with its batch")
+        tx.append_context(c.id, [entry])
+        with tx.core():
+            tx.set_value(queue_address("write", entry), {"mode": "write"}, conversation_id=c.id)
+        return entry
 
     entry = await line.run(work_and_note, defer=True)
     assert len(storage.task_queries.live_tasks()) == 1  # the owner sees its deferred batch
+    assert storage.queries.context_tail(c.id, 0) is not None
+    assert storage.queries.context_tail(c.id, None) == (0, [(0, entry)])  # its own, kept
+    assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1
     assert list(await h.get_entries([entry])) == [entry]  # the deferred batch: kept
     flush = storage.recorder.flush  # type: ignore[attr-defined]
 
@@ -280,6 +327,8 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     assert storage.task_queries._live is None
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
     _check_head(storage)  # not the rolled-back command's
+    assert storage.queries.context_tail(c.id, None) == (0, [])  # nor its context or queue
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
     assert storage.queries.get_entries([entry]) == {}  # the handle faulted: its queries
     assert Queries(storage._read_store).get_entries([entry]) == {}
     await h.close()
@@ -318,10 +367,34 @@ async def test_an_owner_superseded_by_another_claim_reads_what_the_other_wrote(
         assert first.scheduler.live_tasks(None) == _store_live(_storage(first))
         await first.close()
         return
+    storage = _storage(first)
+    scope = conversation_scope(c.id)
+
+    def own(tx: Command) -> None:
+        tx.append_context(c.id, [tx.append_entry(c.id, "user", "the first's")])
+
+    await first.command(own)
+    before = storage.queries.context_tail(c.id, None)  # the owner's tail and queue: kept
+    assert before is not None and [p for p, _ in before[1]] == [0]
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
     second = await backend.open(definitions=[work])
-    await second.command(lambda tx: tx.patch_task(tid, status="done"))
-    # The first handle has not saved since: its mirror must not serve the old row.
+    queued = queue_address("follow_up", 7)
+
+    def other(tx: Command) -> int:
+        tx.patch_task(tid, status="done")
+        entry = tx.append_entry(c.id, "user", "the other's")
+        tx.append_context(c.id, [entry])
+        with tx.core():
+            tx.set_value(queued, {"mode": "follow_up"}, conversation_id=c.id)
+        return entry
+
+    entry = await second.command(other)
+    # The first handle has not saved since: its mirrors must not serve the old rows.
     assert first.faulted is None
+    assert storage.queries.context_tail(c.id, 0) == (0, [(1, entry)])
+    assert [k for _, k, _, _ in storage.state_queries.values_under(scope, "pico.queue.")] == [
+        queued.storage_key
+    ]
     assert first.scheduler.live_tasks(None) == [] == _store_live(_storage(first))
     _check_head(_storage(first))  # the head the other's commit moved, not the old one
     assert (await first.task(tid)).status == "done"  # type: ignore[union-attr]
@@ -342,11 +415,34 @@ async def test_a_lost_deferred_batch_is_read_again_from_the_store(
     storage = _storage(h)
     line = h.scheduler.line
     assert storage.task_queries.live_tasks() == []  # loaded
-    await line.run(lambda tx: tx.create_task(c.id, "work", status="waiting"), defer=True)
+    scope = conversation_scope(c.id)
+
+    def note(tx: Command) -> int:
+        entry = tx.append_entry(c.id, "user", "a note")
+        tx.append_context(c.id, [entry])
+        return entry
+
+    kept = await h.command(note)  # durable
+    assert storage.queries.context_tail(c.id, None) == (0, [(0, kept)])  # then kept
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
+
+    def work_and_queue(tx: Command) -> int:
+        tx.create_task(c.id, "work", status="waiting")
+        entry = note(tx)
+        with tx.core():
+            tx.set_value(queue_address("write", entry), {"mode": "write"}, conversation_id=c.id)
+        return entry
+
+    lost = await line.run(work_and_queue, defer=True)
     assert len(storage.task_queries.live_tasks()) == 1
+    assert storage.queries.context_tail(c.id, 0) == (0, [(1, lost)])
+    assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1
     storage.recorder.writer.batch_aborted(RuntimeError("test: the batch is gone"))  # type: ignore[attr-defined]
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
     _check_head(storage)
+    # Nor the lost batch's context element and queue value (the mirrors are read again).
+    assert storage.queries.context_tail(c.id, 0) == (0, [])
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
     h.scheduler.line.fault("test: done")
     await h.close()
 
@@ -389,7 +485,7 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
     await c.prompt("first")  # the mirror loads
     store = _storage(h)._read_store
     calls: dict[str, int] = {}
-    names = ("meta", "scan_task_rows", "task_rows", "entry_rows")
+    names = ("meta", "scan_task_rows", "task_rows", "entry_rows", "context_tail", "scan_values")
     originals = {name: getattr(store, name) for name in names}
 
     def counting(name: str) -> Any:
@@ -437,4 +533,130 @@ async def test_a_working_scope_command_moves_the_mirrored_head(
     _check_head(storage)
     if _mirrors(backend):
         assert checked  # the every-save check ran with the mirror loaded
+    await h.close()
+
+
+async def test_the_context_tails_and_queues_equal_the_store_after_every_commit(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's context tails and input queues (projections/mirrors.py) through every
+    change a context and a queue take: appends, a prefix replacement, a reset, a queued
+    input and its removal, a fork with a sticky copy of it, a deletion. After every save
+    what the owner keeps answers as the store does, and at the end it keeps both."""
+    checked: list[int] = []
+    _check_after_every_save(monkeypatch, checked)
+    queued = queue_address("follow_up", 42)
+    h = await _open(backend, provider=pico.FauxProvider(["one", "two"]))
+    c = await h.root()
+    await c.prompt("first")  # the task mirror loads
+    storage = _storage(h)
+    scope = conversation_scope(c.id)
+
+    def note(text: str) -> Any:
+        def build(tx: Command) -> int:
+            entry = tx.append_entry(c.id, "user", {"text": text})
+            tx.append_context(c.id, [entry])
+            return entry
+
+        return build
+
+    start = storage.queries.context_tail(c.id, None)  # read once, then kept
+    assert start is not None
+    first = await h.command(note("a"))
+    middle = await h.command(note("b"))
+    last = await h.command(note("c"))
+    after = start[1][-1][0]
+    tail = storage.queries.context_tail(c.id, after)  # the three appends, from the tail
+    assert tail is not None and [e for _, e in tail[1]] == [first, middle, last]
+    assert [p for p, _ in tail[1]] == [after + 1, after + 2, after + 3]
+
+    def compact(tx: Command) -> None:
+        summary = tx.append_entry(c.id, "user", {"text": "summary of a"})
+        tx.replace_context_prefix(c.id, first, [summary])
+
+    await h.command(compact)
+    replaced = storage.queries.context_tail(c.id, None)
+    assert replaced is not None and replaced[0] == start[0] + 1
+    await h.command(note("d"))
+    await h.command(lambda tx: tx.reset_context(c.id, [first]))
+    await h.command(note("e"))
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []  # read, kept
+
+    def enqueue(tx: Command) -> None:
+        with tx.core():
+            tx.set_value(queued, {"mode": "follow_up"}, conversation_id=c.id)
+
+    await h.command(enqueue)
+    key = queued.storage_key
+    found = storage.state_queries.values_under(scope, "pico.queue.")
+    assert [(ns, k) for ns, k, _, _ in found] == [("pico.queue.follow_up", key)]
+    head = storage.queries.main_head()
+
+    def fork_with_queue(tx: Command) -> int:
+        with tx.core():  # a copy into pico's own namespace: the core's to write
+            return tx.fork(c.id, as_of=head, sticky=[queued])
+
+    fork = await h.command(fork_with_queue)
+    in_fork = storage.state_queries.values_under(conversation_scope(fork), "pico.queue.")
+    assert [k for _, k, _, _ in in_fork] == [key]
+
+    def dequeue(tx: Command) -> None:
+        with tx.core():
+            tx.delete_value(queued, conversation_id=c.id)
+
+    await h.command(dequeue)
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
+    await h.command(lambda tx: tx.delete_conversation(fork))
+    _, result = await c.prompt("second")  # a turn over the reset context
+    assert result is not None and result.status == "done"
+    kept = _check_tails_and_queues(storage)
+    await h.close()
+    if backend.name == "sqlite":
+        assert kept >= 3 and len(checked) >= 10  # both mirrors kept, checked at each save
+    else:  # the memory read model answers as cheaply; PostgreSQL keeps no mirror
+        assert kept == 0 and (len(checked) >= 10) == _mirrors(backend)
+
+
+async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path: Any) -> None:
+    """SQLite: a turn with two tool calls reads back the tool tasks its saves ended (the
+    join), the context elements it appended and its queues, from what the owner kept
+    (``TaskQueries._ended``, projections/mirrors.py): none of them is a statement."""
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+
+    async def read(args: Any, ctx: pico.ToolContext) -> str:
+        return f"contents of {args['path']}"
+
+    script: list[Any] = []
+    for i in range(2):
+        calls = [("read", {"path": f"a{i}"}), ("read", {"path": f"b{i}"})]
+        script += [pico.FauxResponse(text="looking", tool_calls=calls), f"answer {i}"]
+    h = await pico.Harness.open(
+        f"sqlite:///{tmp_path / 'p.db'}",
+        session="s",
+        provider=pico.FauxProvider(script),
+        tools=[pico.Tool("read", "Read", schema, read)],
+    )
+    c = await h.root()
+    _, first = await c.prompt("first")  # the mirrors load
+    assert first is not None and first.status == "done"
+    store = _storage(h)._read_store
+    calls: list[str] = []
+    names = ("task_rows", "scan_task_rows", "context_tail", "scan_values", "entry_rows")
+    originals = {name: getattr(store, name) for name in names}
+    for name, method in originals.items():
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kw: Any) -> Any:
+            calls.append(_name)
+            return _method(*args, **kw)
+
+        setattr(store, name, counted)
+    try:
+        _, second = await c.prompt("second")
+    finally:
+        for name, method in originals.items():
+            setattr(store, name, method)
+    assert second is not None and second.status == "done"
+    assert calls == []
+    ended = _storage(h).task_queries._ended
+    assert len([t for t in ended.values() if t.kind == "tool"]) == 4  # both turns' tools
     await h.close()
