@@ -100,6 +100,9 @@ class CommandLine:
         self.admission: Callable[[], None] | None = None
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
+        # Deferred commands saved, and how many of them a commit has made durable (``sync``).
+        self._deferred = 0
+        self._durable = 0
         self._flush_timer: asyncio.TimerHandle | None = None
         # Commands run since one last yielded the event loop (``run``).
         self._unyielded = 0
@@ -250,6 +253,7 @@ class CommandLine:
         working: WorkingScope | None = None,
         defer: bool = False,
         task: int | None = None,
+        group: bool = False,
     ) -> T:
         """Build and persist one command atomically.
 
@@ -262,7 +266,14 @@ class CommandLine:
         drive's return, or at the latest after ``FLUSH_WINDOW``. A crash before then
         loses it together with every later command, never alone (batches are prefixes).
         Commands that precede an effect (a provider call, a tool run) or answer a caller
-        must not defer."""
+        must not defer.
+
+        ``group=True`` is group commit for such durable commands: the command is durable
+        when ``run`` returns, as without ``defer``, but its commit is shared with the
+        commands other executions save in the same pass of the event loop. Executions
+        launched together (parallel tool calls) each commit their running intent before
+        their effect: one commit, not one each (one fsync under ``durability="fsync"``)."""
+        mine = 0  # with ``group``: the deferred commands that must be durable on return
         with self.telemetry.command(self.session_id) as span:
             async with self._lock:
                 self.check_usable(write=True)
@@ -284,9 +295,15 @@ class CommandLine:
                         tx.seal()
                     if tx.first is None or tx.last is None:
                         return result  # no mutations: nothing is committed
-                    self._persist(tx, defer=defer, span=span if span.is_recording() else None)
+                    self._persist(
+                        tx, defer=defer or group, span=span if span.is_recording() else None
+                    )
+                    mine = self._deferred
                 finally:
                     unstamp_command(stamp)
+        if group:
+            await self._group_commit(mine)
+            return result
         # A save blocks the loop and an uncontended lock never suspends: without a yield,
         # a task running commands in a loop would starve every other coroutine of the
         # process (other sessions, the lease heartbeats) until it stopped. Once per
@@ -366,6 +383,7 @@ class CommandLine:
         self.policies.update(tx.policies)
         if defer:
             self.pending = True
+            self._deferred += 1
             if self._flush_timer is None:
                 self._flush_timer = asyncio.get_running_loop().call_later(
                     FLUSH_WINDOW, self._flush_due
@@ -376,6 +394,20 @@ class CommandLine:
                 self.on_durable()
         if self.on_commit is not None and (tx.touched_tasks or tx.session_ops):
             self.on_commit(tx)  # only task changes can change what a drive may run
+
+    async def _group_commit(self, mine: int) -> None:
+        """``run(group=True)``: make the first ``mine`` deferred commands durable, after
+        one pass of the event loop in which other executions save theirs (one of them
+        may commit them all). Raises as ``flush`` does, or ``HandleFaultedError`` when a
+        fault rolled the batch back in the meantime."""
+        self._unyielded = 0
+        if self._durable >= mine:
+            return
+        await asyncio.sleep(0)  # the other executions of this pass save theirs
+        if self.faulted is not None:
+            raise HandleFaultedError(self.session_id, self.faulted)
+        if self._durable < mine:  # not yet committed by another execution's commit
+            self.flush()
 
     def flush(self) -> None:
         """Make every deferred command durable; a failure faults the handle (they are
@@ -393,6 +425,7 @@ class CommandLine:
 
     def _settled(self) -> None:
         self.pending = False
+        self._durable = self._deferred
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None

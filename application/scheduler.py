@@ -114,7 +114,11 @@ class Execution:
                 f"task {self.task_id}: this {self.mode} execution has ended; a late callback "
                 "cannot write through it"
             )
-        return await self._scheduler.line.run(build, defer=defer, task=self.task_id)
+        # Durable unless deferred, before whatever this execution does next; executions
+        # launched in the same pass share the commit (``CommandLine.run``'s ``group``).
+        return await self._scheduler.line.run(
+            build, defer=defer, group=not defer, task=self.task_id
+        )
 
     def observe(
         self,

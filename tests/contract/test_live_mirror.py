@@ -17,6 +17,7 @@ import pico
 from pico import Command
 from pico.application.flows.inputs import queue_address
 from pico.domain.errors import PersistenceUncertainError
+from pico.domain.json import JsonObject
 from pico.domain.state import SESSION_SCOPE, conversation_scope
 from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.queries import Queries, StateQueries, TaskQueries
@@ -621,14 +622,17 @@ async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path:
     """SQLite: a turn with two tool calls reads back the tool tasks its saves ended (the
     join), the context elements it appended and its queues, from what the owner kept
     (``TaskQueries._ended``, projections/mirrors.py): none of them is a statement."""
-    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    schema: JsonObject = {"type": "object", "properties": {"path": {"type": "string"}}}
 
     async def read(args: Any, ctx: pico.ToolContext) -> str:
         return f"contents of {args['path']}"
 
     script: list[Any] = []
     for i in range(2):
-        calls = [("read", {"path": f"a{i}"}), ("read", {"path": f"b{i}"})]
+        calls: list[tuple[str, JsonObject]] = [
+            ("read", {"path": f"a{i}"}),
+            ("read", {"path": f"b{i}"}),
+        ]
         script += [pico.FauxResponse(text="looking", tool_calls=calls), f"answer {i}"]
     h = await pico.Harness.open(
         f"sqlite:///{tmp_path / 'p.db'}",
@@ -640,13 +644,13 @@ async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path:
     _, first = await c.prompt("first")  # the mirrors load
     assert first is not None and first.status == "done"
     store = _storage(h)._read_store
-    calls: list[str] = []
+    reads: list[str] = []
     names = ("task_rows", "scan_task_rows", "context_tail", "scan_values", "entry_rows")
     originals = {name: getattr(store, name) for name in names}
     for name, method in originals.items():
 
         def counted(*args: Any, _name: str = name, _method: Any = method, **kw: Any) -> Any:
-            calls.append(_name)
+            reads.append(_name)
             return _method(*args, **kw)
 
         setattr(store, name, counted)
@@ -656,7 +660,7 @@ async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path:
         for name, method in originals.items():
             setattr(store, name, method)
     assert second is not None and second.status == "done"
-    assert calls == []
+    assert reads == []
     ended = _storage(h).task_queries._ended
     assert len([t for t in ended.values() if t.kind == "tool"]) == 4  # both turns' tools
     await h.close()

@@ -194,13 +194,90 @@ async def test_a_turn_group_commits_its_settlements_and_returns_only_durable_res
     commits = [s for s in statements if s == "COMMIT"]
     commands = len([s for s in statements if s.startswith("INSERT INTO pico_commits")])
     # Check: fewer transactions than commands (settlements joined the next durable one),
-    # but at least one before each effect: two provider calls and two tool runs.
+    # but one before each provider call and one for both tool calls' intents (they share
+    # it), and the drive's own at its return.
     assert 4 <= len(commits) < commands, (len(commits), commands)
     # Check: what prompt returned is already durable for every other reader.
     other = await pico.Harness.open(sqlite.url, session=sqlite.session, read_only=True)
     assert await (await other.root()).result(input_id) == result
     await other.close()
     await h.close()
+
+
+async def test_parallel_tool_calls_share_the_commit_of_their_running_intents(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    """The tool calls of one response are launched in one scheduler pass. Each commits its
+    running intent before its tool runs (another connection sees it); the intents share
+    ONE commit (``CommandLine.run(group=True)``): when the first tool runs, the second's
+    intent is durable too, and the four effects of the turn (two provider calls, two
+    tools) need three commits, not four."""
+    seen: list[tuple[str, list[str]]] = []
+
+    async def read(args: JsonObject, ctx: pico.ToolContext) -> str:
+        tools = await other.tasks(kind="tool")  # what is committed, read elsewhere
+        seen.append((str(args["path"]), [t.status for t in tools.items]))
+        return f"contents of {args['path']}"
+
+    calls: list[tuple[str, JsonObject]] = [("read", {"path": "a"}), ("read", {"path": "b"})]
+    provider = pico.FauxProvider([pico.FauxResponse(text="Looking.", tool_calls=calls), "Same."])
+    h = await sqlite.open(provider=provider, tools=[pico.Tool("read", "Read", SCHEMA, read)])
+    c = await h.root()
+    other = await pico.Harness.open(sqlite.url, session=sqlite.session, read_only=True)
+    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    _, result = await c.prompt("Do the files agree?")
+    conn.set_trace_callback(None)
+    assert result is not None and result.status == "done"
+    # Both intents were durable before the first tool ran (its result is deferred).
+    assert seen == [("a", ["running", "running"]), ("b", ["running", "running"])]
+    # A commit before each provider call and one for both tools; the drive's own at the end.
+    assert statements.count("COMMIT") == 4
+    await other.close()
+    await h.close()
+
+
+async def test_a_fault_before_the_shared_commit_runs_no_tool(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    """The commit the tool calls' intents share fails: neither tool runs (the first's
+    execution raises the uncertain persistence, the second finds the handle faulted), and
+    a reopened session holds neither intent."""
+    storage = FaultyStorage(
+        open_storage(sqlite.url, session=sqlite.session, durability=None, read_only=False)
+    )
+    ran: list[str] = []
+
+    async def read(args: JsonObject, ctx: pico.ToolContext) -> str:
+        ran.append(str(args["path"]))
+        return "contents"
+
+    calls: list[tuple[str, JsonObject]] = [("read", {"path": "a"}), ("read", {"path": "b"})]
+    provider = pico.FauxProvider([pico.FauxResponse(text="Looking.", tool_calls=calls), "Same."])
+    h = await pico.Harness.open(
+        storage, provider=provider, tools=[pico.Tool("read", "Read", SCHEMA, read)]
+    )
+    c = await h.root()
+    flush = storage.flush
+    flushes = 0
+
+    def failing_second_flush() -> None:  # the provider call's intent commits; then the tools'
+        nonlocal flushes
+        flushes += 1
+        if flushes == 2:
+            storage.fail = "flush"
+        flush()
+
+    storage.flush = failing_second_flush  # type: ignore[method-assign]
+    with pytest.raises((pico.PersistenceUncertainError, pico.HandleFaultedError)):
+        await c.prompt("Do the files agree?")
+    assert ran == [] and h.faulted is not None
+    await h.close()
+    h2 = await pico.Harness.open(sqlite.url, session=sqlite.session, read_only=True)
+    tools = await h2.tasks(kind="tool")
+    assert [t.status for t in tools.items] == []  # the settlement creating them was lost too
+    await h2.close()
 
 
 CHILD = textwrap.dedent(
