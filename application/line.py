@@ -100,9 +100,15 @@ class CommandLine:
         self.admission: Callable[[], None] | None = None
         # Group commit: commands saved with defer=True and not yet flushed.
         self.pending = False
-        # Deferred commands saved, and how many of them a commit has made durable (``sync``).
+        # Deferred commands saved, and how many of them a commit has made durable
+        # (``run(group=True)``).
         self._deferred = 0
         self._durable = 0
+        # Whether durable commands gain by sharing a commit (``run(group=True)``): where a
+        # commit is a transaction of its own to end (SQLite: a COMMIT, an fsync under
+        # durability="fsync"). Not on PostgreSQL, whose command is one round trip with its
+        # COMMIT (a shared one would add a round trip), nor where a save is the write.
+        self.groups = bool(getattr(storage, "shares_commits", False))
         self._flush_timer: asyncio.TimerHandle | None = None
         # Commands run since one last yielded the event loop (``run``).
         self._unyielded = 0
@@ -272,7 +278,9 @@ class CommandLine:
         when ``run`` returns, as without ``defer``, but its commit is shared with the
         commands other executions save in the same pass of the event loop. Executions
         launched together (parallel tool calls) each commit their running intent before
-        their effect: one commit, not one each (one fsync under ``durability="fsync"``)."""
+        their effect: one commit, not one each (one fsync under ``durability="fsync"``).
+        Where commits are not shared (``groups`` False) it is a plain durable command."""
+        group = group and self.groups
         mine = 0  # with ``group``: the deferred commands that must be durable on return
         with self.telemetry.command(self.session_id) as span:
             async with self._lock:
@@ -401,13 +409,18 @@ class CommandLine:
         may commit them all). Raises as ``flush`` does, or ``HandleFaultedError`` when a
         fault rolled the batch back in the meantime."""
         self._unyielded = 0
-        if self._durable >= mine:
-            return
-        await asyncio.sleep(0)  # the other executions of this pass save theirs
+        if self._durable < mine:
+            await asyncio.sleep(0)  # the other executions of this pass save theirs
         if self.faulted is not None:
             raise HandleFaultedError(self.session_id, self.faulted)
         if self._durable < mine:  # not yet committed by another execution's commit
-            self.flush()
+            # After a command another coroutine is building (it joins the commit), as the
+            # flush window waits for one.
+            async with self._lock:
+                if self.faulted is not None:
+                    raise HandleFaultedError(self.session_id, self.faulted)
+                if self._durable < mine:
+                    self.flush()
 
     def flush(self) -> None:
         """Make every deferred command durable; a failure faults the handle (they are

@@ -144,6 +144,15 @@ class EventSourcedStorage:
             self._snapshot(aggregate)
         return aggregate
 
+    @property
+    def shares_commits(self) -> bool:
+        """Whether durable commands gain by sharing a commit (``CommandLine.groups``):
+        SQLite, where each commit is a transaction's COMMIT of its own (an fsync under
+        ``durability="fsync"``). PostgreSQL sends a command with its COMMIT in one round
+        trip; the memory and JSONL stores write at the save."""
+        writer = getattr(self.recorder, "writer", None)
+        return writer is not None and bool(writer.sqlite)
+
     def own_tasks(self) -> bool:
         """The line that claimed this session for writing (the only writer of its tasks)
         mirrors its live tasks (``TaskQueries.own``), where a change by anyone else can be

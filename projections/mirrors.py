@@ -38,8 +38,10 @@ Freshness = Callable[[], int | None]
 #: How many conversations, and elements of each, the owner keeps.
 TAIL_CONVERSATIONS = 64
 TAIL_ELEMENTS = 256
-#: How many (scope, prefix) value sets the owner keeps.
+#: How many (scope, prefix) value sets the owner keeps, and values in each (a longer set,
+#: a long queue, is read from the store each time).
 PREFIX_SCOPES = 64
+PREFIX_VALUES = 1000
 
 #: A value row as the store scans it: (namespace, key, seq, JSON text).
 ValueRow = tuple[str, str, int, str]
@@ -180,6 +182,8 @@ class PrefixValues:
         return [(ns, key, seq, text) for (ns, key), (seq, text) in sorted(values.items())]
 
     def keep(self, scope: str, prefix: str, rows: Sequence[ValueRow]) -> None:
+        if len(rows) > PREFIX_VALUES:
+            return
         scopes = self._scopes
         if scope not in scopes and len(scopes) >= PREFIX_SCOPES:
             del scopes[next(iter(scopes))]
@@ -194,10 +198,12 @@ class PrefixValues:
                 prefixes = scopes.get(op.scope)
                 if prefixes is None:
                     continue
-                for prefix, values in prefixes.items():
+                for prefix, values in list(prefixes.items()):
                     if under(prefix, op.namespace, op.key):
                         if isinstance(op, PutValue):
                             values[(op.namespace, op.key)] = (op.seq, op.value)
+                            if len(values) > PREFIX_VALUES:
+                                del prefixes[prefix]  # too long to keep: the store's
                         else:
                             values.pop((op.namespace, op.key), None)
             elif isinstance(op, RetireWorking):

@@ -83,14 +83,17 @@ class RawWriter:
         """SQLite: a value that moves whenever the session's rows may have changed other
         than by this writer's own commits: another connection committed to the file
         (``PRAGMA data_version``, per connection), the writer's connection was replaced,
-        or a deferred batch was lost (its rows rolled back). What the owner's live-task
-        mirror checks before it is read (projections/queries.py ``TaskQueries.own``)."""
+        or a deferred batch was lost (its rows rolled back: by ``abandon`` or a failed
+        flush, or by SQLite itself after an I/O or out-of-memory error in a read inside
+        it, which leaves the batch pending with no transaction open). What the owner's
+        mirrors check before they are read (projections/queries.py ``TaskQueries.own``)."""
         conn = self.connection()
         if conn is not self._token_conn:
             self._token_conn = conn
             self._token_epoch += 1
         version = conn.execute("PRAGMA data_version").fetchone()[0]
-        return self.lost is None, self._token_epoch, int(version)
+        intact = self.lost is None and not (self.pending and not conn.in_transaction)
+        return intact, self._token_epoch, int(version)
 
     def _release(self) -> None:
         """PostgreSQL: give the connection back between transactions, for this process's

@@ -664,3 +664,42 @@ async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path:
     ended = _storage(h).task_queries._ended
     assert len([t for t in ended.values() if t.kind == "tool"]) == 4  # both turns' tools
     await h.close()
+
+
+async def test_a_batch_sqlite_rolled_back_by_itself_is_not_served_by_the_mirrors(
+    tmp_path: Any,
+) -> None:
+    """SQLite rolls an open transaction back by itself after an I/O or out-of-memory error
+    inside it (here: a ROLLBACK on the writer's connection stands in for one). The deferred
+    batch is gone while the writer still holds it pending: the change token moves, so the
+    owner's mirrors (live tasks, context tail, queue) read the store again instead of
+    serving the lost rows."""
+    h = await pico.Harness.open(
+        f"sqlite:///{tmp_path / 'p.db'}", session="s", definitions=[Scripted()]
+    )
+    c = await h.root()
+    storage = _storage(h)
+    line = h.scheduler.line
+    scope = conversation_scope(c.id)
+    assert storage.task_queries.live_tasks() == []  # the mirrors load
+    assert storage.queries.context_tail(c.id, None) == (0, [])
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
+
+    def work_and_queue(tx: Command) -> int:
+        tx.create_task(c.id, "work", status="waiting")
+        entry = tx.append_entry(c.id, "user", "lost with its batch")
+        tx.append_context(c.id, [entry])
+        with tx.core():
+            tx.set_value(queue_address("write", entry), {"mode": "write"}, conversation_id=c.id)
+        return entry
+
+    entry = await line.run(work_and_queue, defer=True)
+    assert len(storage.task_queries.live_tasks()) == 1  # the owner's own deferred batch
+    assert storage.queries.context_tail(c.id, None) == (0, [(0, entry)])
+    assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1
+    storage.recorder.writer.connection().execute("ROLLBACK")  # type: ignore[attr-defined]
+    assert storage.task_queries.live_tasks() == [] == _store_live(storage)
+    assert storage.queries.context_tail(c.id, 0) == (0, [])
+    assert storage.state_queries.values_under(scope, "pico.queue.") == []
+    line.fault("test: done")
+    await h.close()

@@ -32,6 +32,7 @@ class FaultyStorage:
         self.reads = inner.reads
         self.state = inner.state
         self.tasks = inner.tasks
+        self.shares_commits = getattr(inner, "shares_commits", False)
         self.fail: str | None = None
 
     def snapshot(self) -> Any:

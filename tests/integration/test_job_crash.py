@@ -75,8 +75,12 @@ CHILD = textwrap.dedent(
         j = await c.start_job(["sh", "-c", script])
         asyncio.ensure_future(h.drive())
         if stop == "running":
+            # Committed, as another connection reads it: the owner's own reads see a
+            # durable command one pass of the loop before its shared commit lands.
+            seen = await pico.Harness.open(url, session=session, read_only=True)
+
             async def running():
-                t = await h.task(j)
+                t = await seen.task(j)
                 return t if t.status == "running" else None
 
             t = await until(running)
@@ -93,9 +97,11 @@ CHILD = textwrap.dedent(
         clock.advance(float(every))  # the first run is due
         asyncio.ensure_future(h.drive())
 
+        seen = await pico.Harness.open(url, session=session, read_only=True)  # committed
+
         async def collecting():
-            jobs = (await h.tasks(kind="job")).items
-            sched = await h.task(s)
+            jobs = (await seen.tasks(kind="job")).items
+            sched = await seen.task(s)
             if jobs and jobs[0].status == "running" and sched.status == "collecting":
                 return jobs[0]
             return None

@@ -162,6 +162,19 @@ async def test_an_agent_turn_commits_fewer_times_than_it_runs_commands(
     # Check: at least one COMMIT before each effect (two provider calls, two tool runs),
     # and fewer than the turn's commands (each was its own COMMIT before group commit).
     assert 4 <= commits < commands, (commits, commands)
+    # Check: each intent's COMMIT goes out with its command, in its one round trip; only
+    # the drive's final flush is a COMMIT alone (with the batch's idle-limit reset).
+    # (SQLite shares one commit between the two tools' intents, ``CommandLine.groups``;
+    # here that would cost round trips.)
+    assert not h._line.groups
+    trips: list[list[str]] = [[]]
+    for who, kind, detail in messages:
+        if who == "B" and kind == "CommandComplete":
+            trips[-1].append(detail.strip().strip('"'))
+        elif who == "B" and kind == "ReadyForQuery":
+            trips.append([])
+    alone = [trip for trip in trips if "COMMIT" in trip and set(trip) <= {"SET", "COMMIT"}]
+    assert len(alone) <= 1, trips
     # Check: what prompt returned is durable for every other reader.
     other = await pico.Harness.open(url, session=session, read_only=True)
     assert await (await other.root()).result(input_id) == result

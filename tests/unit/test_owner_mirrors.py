@@ -102,3 +102,15 @@ def test_a_new_generation_drops_what_the_old_one_kept() -> None:
     assert tails.get(5, 0) is None and values.get("conversation:5", "pico.queue.") is None
     generation[0] = None  # no mirror: nothing is kept or answered
     assert tails.current() is None and values.current() is None
+
+
+def test_a_value_set_past_its_bound_is_left_to_the_store() -> None:
+    values = PrefixValues(_fresh([1]))
+    values.current()
+    many = [("pico.queue.steer", f"{i:04d}", i, "{}") for i in range(mirrors.PREFIX_VALUES + 1)]
+    values.keep("conversation:1", "pico.queue.", many)
+    assert values.get("conversation:1", "pico.queue.") is None  # too long: not kept
+    values.keep("conversation:1", "pico.queue.", many[:-1])
+    assert values.get("conversation:1", "pico.queue.") == many[:-1]
+    values.track([PutValue("conversation:1", "pico.queue.steer", "9999", 9999, "{}")])
+    assert values.get("conversation:1", "pico.queue.") is None  # grew past it: dropped
