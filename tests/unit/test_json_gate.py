@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pico.application.state import session_value
 from pico.application.tools import Tool, ToolContext
+from pico.domain import json as json_module
 from pico.domain.errors import InvalidArgumentError, InvalidJsonError
 from pico.domain.ids import MAX_ID, check_choice, check_id, check_ids, check_limit, check_position
 from pico.domain.json import MAX_DEPTH, JsonValue, check_json, dumps, is_strict_json, strict_json
@@ -270,3 +271,37 @@ def test_dumps_refuses_a_cycle_before_encoding_it() -> None:
     with pytest.raises(InvalidJsonError, match="nested deeper than"):
         dumps(cycle)
     assert dumps(_Text("v")) == '"v"' and dumps({"c": _Color.RED}) == '{"c":1}'
+
+
+# Values of exact built-in types, valid or not: non-finite floats, lone surrogates in text
+# and keys, tuples, bytes and non-string keys among the leaves.
+_ANY = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
+    | st.sampled_from(["\ud800", "a\udfff", "é"])  # lone surrogates: not UTF-8 text
+    | st.tuples(st.integers())
+    | st.binary(max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=3) | st.sampled_from(["\udc80"]) | st.integers(), inner, max_size=4
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_ANY)
+def test_the_fast_verdict_agrees_with_the_path_naming_check(value: Any) -> None:
+    # ``is_strict_json`` checks scalar members inline (the hot path); the slow path that
+    # names what is wrong is the reference. For exact built-in types they agree both ways.
+    try:
+        json_module._check(value, "payload", 0)
+    except InvalidJsonError:
+        assert not is_strict_json(value)
+    else:
+        assert is_strict_json(value)
