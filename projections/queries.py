@@ -419,15 +419,15 @@ class Queries:
         check_id(conversation_id, "conversation_id")
         check_optional_position(after_position, "after_position")
         tails = self._tails
-        if tails is None or tails.current() is None:
-            with self.store.read():
-                return self.store.context_tail(conversation_id, after_position)
-        kept = tails.get(conversation_id, after_position)
-        if kept is not None:
-            return kept
+        if tails is not None and tails.current() is not None:
+            kept = tails.get(conversation_id, after_position)
+            if kept is not None:
+                return kept
+        else:
+            tails = None  # no owner's tails now: read, keep nothing
         with self.store.read():
             found = self.store.context_tail(conversation_id, after_position)
-        if found is not None:
+        if tails is not None and found is not None:
             tails.keep(conversation_id, after_position, found)
         return found
 

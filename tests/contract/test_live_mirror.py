@@ -9,6 +9,9 @@ PostgreSQL yet (storage.py ``own_tasks``): there every read goes to the store, a
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -121,6 +124,46 @@ def _check_recent_entries(storage: EventSourcedStorage) -> None:
         return
     ids = list(recent)
     assert storage.queries.get_entries(ids) == Queries(storage._read_store).get_entries(ids)
+
+
+@contextlib.contextmanager
+def _store_reads(storage: EventSourcedStorage, names: Sequence[str]) -> Iterator[Counter[str]]:
+    """How many times each of the read store's methods ``names`` is called in the block."""
+    store = storage._read_store
+    calls: Counter[str] = Counter()
+    originals = {name: getattr(store, name) for name in names}
+
+    def counting(name: str) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return originals[name](*args, **kwargs)
+
+        return counted
+
+    for name in originals:
+        setattr(store, name, counting(name))
+    try:
+        yield calls
+    finally:
+        for name, method in originals.items():
+            setattr(store, name, method)
+
+
+def _lost_work(conversation_id: int) -> Any:
+    """A command whose batch a test then loses: a waiting task, a context element and a
+    queued write (each mirrored by the SQLite owner); returns the element's entry id."""
+
+    def build(tx: Command) -> int:
+        tx.create_task(conversation_id, "work", status="waiting")
+        entry = tx.append_entry(conversation_id, "user", "lost with its batch")
+        tx.append_context(conversation_id, [entry])
+        with tx.core():
+            tx.set_value(
+                queue_address("write", entry), {"mode": "write"}, conversation_id=conversation_id
+            )
+        return entry
+
+    return build
 
 
 def _check_tails_and_queues(storage: EventSourcedStorage) -> int:
@@ -301,15 +344,7 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     before = storage.queries.context_tail(c.id, None)  # the owner's tail and queue: kept
     assert before == (0, []) and storage.state_queries.values_under(scope, "pico.queue.") == []
 
-    def work_and_note(tx: Command) -> int:
-        tx.create_task(c.id, "work", status="waiting")
-        entry = tx.append_entry(c.id, "user", "lost with its batch")
-        tx.append_context(c.id, [entry])
-        with tx.core():
-            tx.set_value(queue_address("write", entry), {"mode": "write"}, conversation_id=c.id)
-        return entry
-
-    entry = await line.run(work_and_note, defer=True)
+    entry = await line.run(_lost_work(c.id), defer=True)
     assert len(storage.task_queries.live_tasks()) == 1  # the owner sees its deferred batch
     assert storage.queries.context_tail(c.id, 0) is not None
     assert storage.queries.context_tail(c.id, None) == (0, [(0, entry)])  # its own, kept
@@ -427,14 +462,7 @@ async def test_a_lost_deferred_batch_is_read_again_from_the_store(
     assert storage.queries.context_tail(c.id, None) == (0, [(0, kept)])  # then kept
     assert storage.state_queries.values_under(scope, "pico.queue.") == []
 
-    def work_and_queue(tx: Command) -> int:
-        tx.create_task(c.id, "work", status="waiting")
-        entry = note(tx)
-        with tx.core():
-            tx.set_value(queue_address("write", entry), {"mode": "write"}, conversation_id=c.id)
-        return entry
-
-    lost = await line.run(work_and_queue, defer=True)
+    lost = await line.run(_lost_work(c.id), defer=True)
     assert len(storage.task_queries.live_tasks()) == 1
     assert storage.queries.context_tail(c.id, 0) == (0, [(1, lost)])
     assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1
@@ -484,25 +512,9 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
     h = await _open(backend, provider=pico.FauxProvider(["one", "two"]))
     c = await h.root()
     await c.prompt("first")  # the mirror loads
-    store = _storage(h)._read_store
-    calls: dict[str, int] = {}
     names = ("meta", "scan_task_rows", "task_rows", "entry_rows", "context_tail", "scan_values")
-    originals = {name: getattr(store, name) for name in names}
-
-    def counting(name: str) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            calls[name] = calls.get(name, 0) + 1
-            return originals[name](*args, **kwargs)
-
-        return counted
-
-    for name in originals:
-        setattr(store, name, counting(name))
-    try:
+    with _store_reads(_storage(h), names) as calls:
         _, result = await c.prompt("second")
-    finally:
-        for name, method in originals.items():
-            setattr(store, name, method)
     assert result is not None and result.status == "done"
     if backend.name == "sqlite":
         assert calls == {}  # the context projection's new entries: the owner's own, kept
@@ -643,24 +655,11 @@ async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path:
     c = await h.root()
     _, first = await c.prompt("first")  # the mirrors load
     assert first is not None and first.status == "done"
-    store = _storage(h)._read_store
-    reads: list[str] = []
     names = ("task_rows", "scan_task_rows", "context_tail", "scan_values", "entry_rows")
-    originals = {name: getattr(store, name) for name in names}
-    for name, method in originals.items():
-
-        def counted(*args: Any, _name: str = name, _method: Any = method, **kw: Any) -> Any:
-            reads.append(_name)
-            return _method(*args, **kw)
-
-        setattr(store, name, counted)
-    try:
+    with _store_reads(_storage(h), names) as reads:
         _, second = await c.prompt("second")
-    finally:
-        for name, method in originals.items():
-            setattr(store, name, method)
     assert second is not None and second.status == "done"
-    assert reads == []
+    assert reads == {}
     ended = _storage(h).task_queries._ended
     assert len([t for t in ended.values() if t.kind == "tool"]) == 4  # both turns' tools
     await h.close()
@@ -685,15 +684,7 @@ async def test_a_batch_sqlite_rolled_back_by_itself_is_not_served_by_the_mirrors
     assert storage.queries.context_tail(c.id, None) == (0, [])
     assert storage.state_queries.values_under(scope, "pico.queue.") == []
 
-    def work_and_queue(tx: Command) -> int:
-        tx.create_task(c.id, "work", status="waiting")
-        entry = tx.append_entry(c.id, "user", "lost with its batch")
-        tx.append_context(c.id, [entry])
-        with tx.core():
-            tx.set_value(queue_address("write", entry), {"mode": "write"}, conversation_id=c.id)
-        return entry
-
-    entry = await line.run(work_and_queue, defer=True)
+    entry = await line.run(_lost_work(c.id), defer=True)
     assert len(storage.task_queries.live_tasks()) == 1  # the owner's own deferred batch
     assert storage.queries.context_tail(c.id, None) == (0, [(0, entry)])
     assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1

@@ -9,11 +9,13 @@ may be undurable; a failed flush faults the handle; and a crash keeps a prefix.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,18 @@ def sqlite(tmp_path: Path) -> Backend:
 def no_flush_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the explicit flush points commit (the window would otherwise race the test)."""
     monkeypatch.setattr(line_module, "FLUSH_WINDOW", 3600.0)
+
+
+@contextlib.contextmanager
+def _writer_statements(h: pico.Harness) -> Iterator[list[str]]:
+    """The SQL statements the session's writer connection runs in the block."""
+    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        yield statements
+    finally:
+        conn.set_trace_callback(None)
 
 
 async def _entry_ids(url: str, session: str) -> list[int]:
@@ -185,11 +199,8 @@ async def test_a_turn_group_commits_its_settlements_and_returns_only_durable_res
     )
     h = await sqlite.open(provider=provider, tools=[pico.Tool("read", "Read", SCHEMA, read)])
     c = await h.root()
-    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
-    input_id, result = await c.prompt("Do the files agree?")
-    conn.set_trace_callback(None)
+    with _writer_statements(h) as statements:
+        input_id, result = await c.prompt("Do the files agree?")
     assert result is not None and result.status == "done"
     commits = [s for s in statements if s == "COMMIT"]
     commands = len([s for s in statements if s.startswith("INSERT INTO pico_commits")])
@@ -224,11 +235,8 @@ async def test_parallel_tool_calls_share_the_commit_of_their_running_intents(
     h = await sqlite.open(provider=provider, tools=[pico.Tool("read", "Read", SCHEMA, read)])
     c = await h.root()
     other = await pico.Harness.open(sqlite.url, session=sqlite.session, read_only=True)
-    conn = h._line.storage.recorder.writer.connection()  # type: ignore[attr-defined]
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
-    _, result = await c.prompt("Do the files agree?")
-    conn.set_trace_callback(None)
+    with _writer_statements(h) as statements:
+        _, result = await c.prompt("Do the files agree?")
     assert result is not None and result.status == "done"
     # Both intents were durable before the first tool ran (its result is deferred).
     assert seen == [("a", ["running", "running"]), ("b", ["running", "running"])]
