@@ -21,7 +21,7 @@ from pico.application.clock import Clock
 from pico.application.command import Command
 from pico.application.ports import ReadPort
 from pico.application.state import WorkingScope
-from pico.application.tasks import Reconcile
+from pico.application.tasks import Reconcile, StopSignal
 from pico.domain.errors import PicoError
 from pico.domain.values import TaskSnapshot
 
@@ -43,7 +43,7 @@ class StaleExecutionError(PicoError):
 class _Claim:
     task_id: int
     mode: Mode
-    signal: asyncio.Event = field(default_factory=asyncio.Event)
+    signal: asyncio.Event = field(default_factory=StopSignal)
     job: asyncio.Task[None] | None = None
 
 

@@ -9,6 +9,7 @@ definition or an unknown status, before any execution starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -23,9 +24,39 @@ if TYPE_CHECKING:
     from pico.application.ports import ReadPort
     from pico.application.state import WorkingScope
 
-__all__ = ["Reconcile", "TaskDefinition", "TaskExecution", "TaskRegistry"]
+__all__ = ["Reconcile", "StopSignal", "TaskDefinition", "TaskExecution", "TaskRegistry"]
 
 T = TypeVar("T")
+
+
+class StopSignal(asyncio.Event):
+    """An execution's stop signal (``TaskExecution.signal``): an ``asyncio.Event`` that
+    also runs the callbacks registered with ``on_set`` when it is set, so an effect can be
+    stopped where it waits without a task of its own watching the event (a model stream:
+    ``flows/streaming.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` (once) when the signal is set; returns the function that
+        unregisters it. Not called when the signal is already set: check first."""
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):  # already run
+                self._callbacks.remove(callback)
+
+        return remove
 
 
 class TaskExecution(Protocol):

@@ -6,6 +6,7 @@ signal raced for the whole stream, and known usage accumulated (unknown is not z
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from pico.application.flows.common import append_frame
@@ -19,7 +20,7 @@ from pico.application.model import (
     TextDelta,
     Usage,
 )
-from pico.application.tasks import TaskExecution
+from pico.application.tasks import StopSignal, TaskExecution
 from pico.application.telemetry import Telemetry
 from pico.domain.json import JsonObject, JsonValue
 
@@ -73,10 +74,13 @@ async def _stream(
                 return event.outcome
         raise ProviderError("the stream ended without a response", kind="retryable")
 
-    # One race for the whole stream, not one per step: the stop signal cancels the
-    # consumer wherever it waits, between frames or inside the provider's next step.
+    signal = ctx.signal
+    if isinstance(signal, StopSignal):
+        return await _until_stopped(signal, consume(), events)
+    # A plain event (a caller's own TaskExecution): one race for the whole stream, not one
+    # per step: the stop signal cancels the consumer wherever it waits.
     consumer = asyncio.ensure_future(consume())
-    stop = asyncio.ensure_future(ctx.signal.wait())
+    stop = asyncio.ensure_future(signal.wait())
     try:
         await asyncio.wait({consumer, stop}, return_when=asyncio.FIRST_COMPLETED)
         if stop.done() or not consumer.done():
@@ -87,9 +91,67 @@ async def _stream(
         if not consumer.done():
             consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)
-        closer = getattr(events, "aclose", None)
-        if closer is not None:
-            await closer()  # best-effort provider cancellation
+        await _close(events)
+
+
+async def _until_stopped(
+    signal: StopSignal, consume: Coroutine[Any, Any, Response | Deferred], events: Any
+) -> Response | Deferred | None:
+    """``consume`` in this task, stopped where it waits when ``signal`` is set: setting it
+    cancels this task, and that one cancellation is taken back here (as ``asyncio.timeout``
+    does), so a stream costs no task of its own and no task watching the signal (two
+    tasks and four steps of the event loop a stream). Any other cancellation of this task
+    propagates. None when stopped: whatever the stream returned or raised on its way out
+    is discarded, as the racing consumer's was."""
+    task = asyncio.current_task()
+    assert task is not None
+    fired = False
+
+    def stop() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    remove = signal.on_set(stop)
+    try:
+        try:
+            outcome = await consume
+        except asyncio.CancelledError:
+            if fired and task.uncancel() == 0:
+                return None  # ours, and nobody else's
+            raise
+        except Exception:
+            if not fired:
+                raise
+            await _take_back(task)
+            return None
+        if fired:
+            await _take_back(task)
+            return None
+        return outcome
+    finally:
+        remove()
+        await _close(events)
+
+
+async def _take_back(task: asyncio.Task[Any]) -> None:
+    """Take back the one cancellation ``_until_stopped`` gave ``task``, which the stream
+    did not raise: still pending (the signal was set after the stream's last wait) or
+    swallowed on the way. Pending, it is raised here, where it is ours, not at the
+    caller's next await."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        if task.uncancel() != 0:
+            raise  # someone else cancelled this task too
+    else:
+        task.uncancel()
+
+
+async def _close(events: Any) -> None:
+    closer = getattr(events, "aclose", None)
+    if closer is not None:
+        await closer()  # best-effort provider cancellation
 
 
 def add_usage(previous: JsonValue, usage: Usage | None) -> JsonValue:
