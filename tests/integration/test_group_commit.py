@@ -280,6 +280,7 @@ async def test_a_fault_before_the_shared_commit_runs_no_tool(
     storage.flush = failing_second_flush  # type: ignore[method-assign]
     with pytest.raises((pico.PersistenceUncertainError, pico.HandleFaultedError)):
         await c.prompt("Do the files agree?")
+    assert provider.request_count == 1  # the flush that failed came after the provider call
     assert ran == [] and h.faulted is not None
     await h.close()
     h2 = await pico.Harness.open(sqlite.url, session=sqlite.session, read_only=True)
