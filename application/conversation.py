@@ -228,7 +228,7 @@ class ConversationHandle:
         self, *, projection: Projection | None = None, as_of: int | None = None
     ) -> list[Message]:
         """The provider messages of this context (§2.2): two batched reads, no writes."""
-        return project_context(self.harness.reads, self.id, projection, as_of=as_of)
+        return list(project_context(self.harness.reads, self.id, projection, as_of=as_of))
 
     async def context_entries(self, *, as_of: int | None = None) -> list[Entry]:
         """The selected entries in context order, read in one batch."""

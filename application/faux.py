@@ -13,7 +13,7 @@ spending tokens (and so do our tests).
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -119,7 +119,7 @@ class FauxProvider:
         # Sizes by message object: projection reuses message objects across requests, so
         # the usage estimate stays O(new messages) per request.
         self._sizes: dict[int, tuple[Message, int]] = {}
-        self._prev: tuple[tuple[Message, ...], list[int]] = ((), [0])
+        self._prev: tuple[Sequence[Message], list[int]] = ((), [0])
 
     def _prompt_chars(self, request: Request) -> int:
         """Characters of the request's messages. Consecutive requests share a prefix of the

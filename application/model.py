@@ -8,9 +8,10 @@ choose retry, overflow compaction or failure without knowing the provider.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeAlias
+from itertools import chain, islice
+from typing import Literal, Protocol, TypeAlias, overload
 
 from pico.domain.errors import PicoError
 from pico.domain.json import JsonObject, JsonValue
@@ -20,6 +21,7 @@ __all__ = [
     "Done",
     "ImagePart",
     "Message",
+    "Messages",
     "ModelProvider",
     "Part",
     "ProviderError",
@@ -111,10 +113,77 @@ class ToolSpec:
     parameters: JsonObject
 
 
+class Messages(Sequence[Message]):
+    """A request's messages: an immutable sequence that shares the settled part of a
+    conversation's context with the requests before it. It holds the first ``count``
+    messages of ``settled``, a list only ever appended to (the projection cache's), then
+    ``tail``. A request of a long conversation thus costs no copy of its whole context
+    (a tuple of 10,000 messages takes ~20 us to build, and a turn builds two).
+
+    Reads like a tuple: indexing, slices (a tuple), iteration, ``len``, ``+`` (a tuple),
+    and equal to any sequence of equal messages (a tuple or list among them)."""
+
+    __slots__ = ("_count", "_settled", "_tail")
+
+    def __init__(self, settled: list[Message], count: int, tail: tuple[Message, ...] = ()) -> None:
+        if not 0 <= count <= len(settled):
+            raise ValueError(f"count {count} is outside the settled list ({len(settled)})")
+        self._settled = settled
+        self._count = count
+        self._tail = tail
+
+    def __len__(self) -> int:
+        return self._count + len(self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        count = self._count
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return tuple(self)[index]
+            head = tuple(self._settled[start : min(stop, count)]) if start < count else ()
+            return head + self._tail[max(start - count, 0) : max(stop - count, 0)]
+        i = index.__index__()
+        size = count + len(self._tail)
+        if i < 0:
+            i += size
+        if not 0 <= i < size:
+            raise IndexError("message index out of range")
+        return self._settled[i] if i < count else self._tail[i - count]
+
+    def __iter__(self) -> Iterator[Message]:
+        return chain(islice(self._settled, self._count), self._tail)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (tuple, list, Messages)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: Sequence[Message]) -> tuple[Message, ...]:
+        return (*self, *other)
+
+    def __radd__(self, other: Sequence[Message]) -> tuple[Message, ...]:
+        return (*other, *self)
+
+    def __repr__(self) -> str:
+        return f"Messages({tuple(self)!r})"
+
+
 @dataclass(frozen=True)
 class Request:
+    """What a provider is asked: ``messages`` is a ``Messages`` when the harness projected
+    them (it shares the settled context with earlier requests); any sequence of messages
+    (a tuple) is accepted."""
+
     model: str
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
     system: str = ""
     tools: tuple[ToolSpec, ...] = ()
     settings: Mapping[str, JsonValue] = field(default_factory=dict)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pico.application.model import (
     ImagePart,
     Message,
+    Messages,
     Part,
     TextPart,
     ThinkingPart,
@@ -244,7 +245,7 @@ def project_context(
     *,
     as_of: int | None = None,
     cache: ProjectionCache | None = None,
-) -> list[Message]:
+) -> Sequence[Message]:
     """The provider messages of a conversation's context (§2.2).
 
     With a cache and no ``as_of``, only context elements appended since the last request are
@@ -278,4 +279,7 @@ def project_context(
             state.stable.extend(_merge_users(_normalize_results(state.window[:last])))
             state.window = state.window[last:]
     cache.keep(conversation_id, state)
-    return state.stable + _merge_users(_normalize_results(state.window))
+    # The settled messages are shared with earlier requests, not copied (model.Messages).
+    return Messages(
+        state.stable, len(state.stable), tuple(_merge_users(_normalize_results(state.window)))
+    )

@@ -96,13 +96,11 @@ class GenerationDefinition(TaskDefinition):
         request = Request(
             model=str(state.get("model") or self.services.model),
             system=self.services.system,
-            messages=tuple(
-                project_context(
-                    ctx.reads,
-                    task.conversation_id,
-                    self.services.projection,
-                    cache=self.services.projection_cache,
-                )
+            messages=project_context(
+                ctx.reads,
+                task.conversation_id,
+                self.services.projection,
+                cache=self.services.projection_cache,
             ),
             tools=self.services.tools.specs(str(t) for t in names(state.get("tools"))),
             settings=captured_options(state),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 from urllib.parse import urlsplit
@@ -312,7 +312,7 @@ class AnthropicProvider:
             message, kind=error.kind, usage=error.usage, retry_after=error.retry_after
         )
 
-    def _messages(self, messages: tuple[Message, ...]) -> list[JsonObject]:
+    def _messages(self, messages: Sequence[Message]) -> list[JsonObject]:
         out: list[JsonObject] = []
         for message in messages:
             blocks: list[JsonValue] = [
