@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pico.application.clock import Clock
@@ -72,7 +73,11 @@ class Execution:
         self._claim = claim
         self.task_id = task.id
         self.mode: Mode = claim.mode
-        self.working_scope = WorkingScope(f"task/{task.id}")
+
+    @cached_property
+    def working_scope(self) -> WorkingScope:
+        """This execution's working scope (made when first asked: a join never is)."""
+        return WorkingScope(f"task/{self.task_id}")
 
     @property
     def signal(self) -> asyncio.Event:

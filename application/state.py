@@ -76,6 +76,13 @@ def _adapter_for(type_: Any) -> TypeAdapter[Any]:
     return found
 
 
+#: Namespaces that passed an address's checks (flows build their few addresses on every
+#: execution: the checks are the same each time). Bounded: past it, namespaces are checked
+#: every time, as before.
+_CHECKED_NAMESPACES: set[str] = set()
+_CHECKED_LIMIT = 4096
+
+
 def _is_untyped(type_: Any) -> bool:
     """Types whose stored form is the value itself: its strict-JSON check is the type check
     (pydantic cannot build an adapter for the recursive ``JsonValue`` alias)."""
@@ -96,8 +103,12 @@ class Address(Generic[T]):
     def __post_init__(self) -> None:
         if self.key is not None and (not isinstance(self.key, str) or self.key == ""):
             raise CommandRejectedError("an address key must be a non-empty string or None")
-        check_namespace(self.namespace, core=True)
-        check_json(self.namespace, what="an address namespace")  # stored text: no surrogates
+        namespace = self.namespace
+        if type(namespace) is not str or namespace not in _CHECKED_NAMESPACES:
+            check_namespace(namespace, core=True)
+            check_json(namespace, what="an address namespace")  # stored text: no surrogates
+            if len(_CHECKED_NAMESPACES) < _CHECKED_LIMIT:
+                _CHECKED_NAMESPACES.add(namespace)
         if self.key is not None:
             check_json(self.key, what="an address key")
         untyped = _is_untyped(self.type_)

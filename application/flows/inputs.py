@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from pico.application.command import Command
@@ -37,8 +38,10 @@ __all__ = [
 RESULT_NAMESPACE = "pico.input-result"
 
 
+@lru_cache(maxsize=256)
 def input_result_address(input_id: int) -> SessionValue[Any]:
-    # Fixed-width keys keep numeric admission order in bounded key scans (§8.1).
+    # Fixed-width keys keep numeric admission order in bounded key scans (§8.1). One
+    # (immutable) address per input: a turn asks for its input's about ten times.
     return SessionValue(namespace=RESULT_NAMESPACE, key=f"{input_id:016d}")
 
 
