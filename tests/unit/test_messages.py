@@ -73,10 +73,11 @@ async def test_consecutive_requests_share_the_settled_context_instead_of_copying
     for text in ("a", "b", "c"):
         await c.prompt(text)
     first, second, third = provider.requests
-    for request in provider.requests:
-        assert isinstance(request.messages, Messages)
+    sent = [request.messages for request in provider.requests]
+    assert all(isinstance(messages, Messages) for messages in sent)
     assert [m.text for m in third.messages] == ["a", "one", "b", "two", "c"]
     # The third request shares the list of settled messages the second did: no copy.
+    assert isinstance(second.messages, Messages) and isinstance(third.messages, Messages)
     assert third.messages._settled is second.messages._settled
     assert tuple(second.messages) == tuple(third.messages[: len(second.messages)])
     # The earlier request still reads as it was sent.
