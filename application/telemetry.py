@@ -78,6 +78,12 @@ class Telemetry:
         # to (``_tracer``) without ``get_tracer_provider``'s read of the environment.
         self._default = tracer is None
 
+    def _untraced(self) -> bool:
+        """No SDK installed behind the API's default tracer: every span would be the
+        invalid, non-recording one, so none is asked for (a few per cent of a small
+        command's CPU, issue 16; nine executions, requests and tool calls a turn)."""
+        return self._default and isinstance(getattr(self.tracer, "_tracer", None), trace.NoOpTracer)
+
     def _scope(self, span: Span, *, errors: bool = True) -> AbstractContextManager[Span]:
         """Make ``span`` current until the block ends, then end it. Without an SDK the API
         hands back an invalid, non-recording span: it is not made current at all (nothing
@@ -91,10 +97,8 @@ class Telemetry:
     # ------------------------------------------------------------------ commands
     def command(self, session_id: str) -> AbstractContextManager[Span]:
         """A span for one command (``pico.command``); ``committed`` fills in the batch."""
-        if not self.commands or (
-            self._default and isinstance(getattr(self.tracer, "_tracer", None), trace.NoOpTracer)
-        ):
-            return _Idle(INVALID_SPAN)
+        if not self.commands or self._untraced():
+            return _IDLE
         span = self.tracer.start_span("pico.command")
         if span.is_recording():
             span.set_attribute("pico.session.id", session_id)
@@ -123,6 +127,8 @@ class Telemetry:
     def task(self, task: TaskSnapshot, mode: str) -> AbstractContextManager[Span]:
         """A span for one execution of a task (``pico.task {kind}``): the status it started
         from; ``ended`` records the status it left the task in."""
+        if self._untraced():
+            return _IDLE
         span = self.tracer.start_span(f"pico.task {task.kind}")
         if span.is_recording():
             span.set_attributes(
@@ -153,6 +159,8 @@ class Telemetry:
         """A span for one model request (``chat {model}``, GenAI conventions). A
         ``ProviderError`` is recorded with its class (``error.type``, ``pico.retry.class``)
         and known usage, and re-raised."""
+        if self._untraced():
+            return _IDLE
         span = self.tracer.start_span(f"chat {request.model}", kind=SpanKind.CLIENT)
         if not span.is_recording():
             return self._scope(span)
@@ -182,6 +190,8 @@ class Telemetry:
     # ------------------------------------------------------------------ tool calls
     def tool(self, name: str, call_id: str) -> AbstractContextManager[Span]:
         """A span for one tool invocation (``execute_tool {name}``, GenAI conventions)."""
+        if self._untraced():
+            return _IDLE
         span = self.tracer.start_span(f"execute_tool {name}")
         if span.is_recording():
             span.set_attributes(
@@ -234,6 +244,10 @@ class _Idle(AbstractContextManager[Span]):
         traceback: TracebackType | None,
     ) -> None:
         return None
+
+
+#: The one idle span context: it holds no state of its own.
+_IDLE = _Idle(INVALID_SPAN)
 
 
 @contextmanager
