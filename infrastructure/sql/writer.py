@@ -60,6 +60,7 @@ class RawWriter:
         )
         self._token_conn: Any = None  # change_token: the connection its counter is from
         self._token_epoch = 0
+        self._batch_version: int | None = None  # change_token's counter read in this batch
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
@@ -91,9 +92,17 @@ class RawWriter:
         if conn is not self._token_conn:
             self._token_conn = conn
             self._token_epoch += 1
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self.pending and conn.in_transaction:
+            # Inside the open batch (BEGIN IMMEDIATE: this connection holds the file's
+            # write lock) no other connection can commit, so the counter cannot move: read
+            # once a batch (a turn's checks are mostly made inside one: 14 of 17).
+            version = self._batch_version
+            if version is None:
+                version = self._batch_version = _data_version(conn)
+        else:
+            version = _data_version(conn)
         intact = self.lost is None and not (self.pending and not conn.in_transaction)
-        return intact, self._token_epoch, int(version)
+        return intact, self._token_epoch, version
 
     def _release(self) -> None:
         """PostgreSQL: give the connection back between transactions, for this process's
@@ -293,6 +302,7 @@ class RawWriter:
 
     def _end_batch(self) -> None:
         self.pending = False
+        self._batch_version = None
         self.db.pending.discard(self)
 
     def _rollback(self, conn: Any, cur: Any) -> None:
@@ -314,6 +324,12 @@ class RawWriter:
                 fairy.close()
             except Exception:
                 fairy.invalidate()
+
+
+def _data_version(conn: Any) -> int:
+    """SQLite's ``PRAGMA data_version`` on ``conn``: it moves when another connection
+    commits to the file."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 class _ClientBatch:

@@ -147,6 +147,37 @@ async def test_another_session_on_the_same_file_commits_the_open_batch_first(
     await b.close()
 
 
+async def test_the_change_token_is_read_once_a_batch_and_moves_with_another_writer(
+    sqlite: Backend, no_flush_window: None
+) -> None:
+    """The owner's mirrors check the writer's change token before each read. Inside an
+    open batch (its BEGIN IMMEDIATE holds the file's write lock) no other connection can
+    commit, so ``PRAGMA data_version`` is read once a batch; another writer must first
+    commit the batch (``flush_pending``), and after its commit the token moves."""
+    a = await sqlite.open()
+    b = await sqlite.open(session=f"{sqlite.session}-b")
+    c = await a.root()
+    writer = a._line.storage.recorder.writer  # type: ignore[attr-defined]
+    await a._line.run(_append(c.id, "A, deferred"), defer=True)
+    assert writer.pending
+    with _writer_statements(a) as statements:
+        before = [writer.change_token() for _ in range(3)]
+    assert before[0] == before[1] == before[2]
+    assert statements.count("PRAGMA data_version") == 1
+    await (await b.root()).append("user", "B")  # commits A's batch first, then its own
+    assert not writer.pending
+    with _writer_statements(a) as statements:
+        after = writer.change_token()
+    assert statements.count("PRAGMA data_version") == 1
+    assert after != before[0]  # B's commit moved it: the mirrors read the store again
+    await a._line.run(_append(c.id, "A, next batch"), defer=True)
+    with _writer_statements(a) as statements:
+        assert writer.change_token() == after  # a new batch reads it again, once
+    assert statements.count("PRAGMA data_version") == 1
+    await a.close()
+    await b.close()
+
+
 async def test_a_reload_sees_the_deferred_events_of_an_evicted_aggregate(
     sqlite: Backend, no_flush_window: None
 ) -> None:
