@@ -6,6 +6,7 @@ signal raced for the whole stream, and known usage accumulated (unknown is not z
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
@@ -100,11 +101,16 @@ async def _until_stopped(
     """``consume`` in this task, stopped where it waits when ``signal`` is set: setting it
     cancels this task, and that one cancellation is taken back here (as ``asyncio.timeout``
     does), so a stream costs no task of its own and no task watching the signal (two
-    tasks and four steps of the event loop a stream). Any other cancellation of this task
-    propagates. None when stopped: whatever the stream returned or raised on its way out
-    is discarded, as the racing consumer's was."""
+    tasks and four steps of the event loop a stream). None when stopped: whatever the
+    stream returned or raised on its way out is discarded, as the racing consumer's was.
+
+    Any other cancellation of this task (a shutdown, an ``asyncio.timeout`` around the
+    execution) raises ``CancelledError`` here, as it did when the task sat in the race,
+    even when the provider's stream swallowed it or turned it into another error: what
+    decides is the task's count of cancellations, against the count it came in with."""
     task = asyncio.current_task()
     assert task is not None
+    entry = task.cancelling()
     fired = False
 
     def stop() -> None:
@@ -114,38 +120,37 @@ async def _until_stopped(
 
     remove = signal.on_set(stop)
     try:
+        raised: BaseException | None = None
+        outcome: Response | Deferred | None = None
         try:
             outcome = await consume
-        except asyncio.CancelledError:
-            if fired and task.uncancel() == 0:
-                return None  # ours, and nobody else's
-            raise
-        except Exception:
-            if not fired:
-                raise
-            await _take_back(task)
-            return None
+        except BaseException as exc:  # sorted out below, by whose cancellation it is
+            raised = exc
+        finally:
+            remove()
         if fired:
             await _take_back(task)
+        if task.cancelling() > entry:  # someone else's cancellation is outstanding
+            if isinstance(raised, asyncio.CancelledError):
+                raise raised
+            raise asyncio.CancelledError() from raised
+        if fired:
             return None
+        if raised is not None:
+            raise raised
         return outcome
     finally:
-        remove()
         await _close(events)
 
 
 async def _take_back(task: asyncio.Task[Any]) -> None:
-    """Take back the one cancellation ``_until_stopped`` gave ``task``, which the stream
-    did not raise: still pending (the signal was set after the stream's last wait) or
-    swallowed on the way. Pending, it is raised here, where it is ours, not at the
-    caller's next await."""
-    try:
-        await asyncio.sleep(0)
-    except asyncio.CancelledError:
-        if task.uncancel() != 0:
-            raise  # someone else cancelled this task too
-    else:
-        task.uncancel()
+    """Take back the one cancellation ``_until_stopped`` gave ``task``: raised by the
+    stream already, swallowed or turned into another error on the way, or still pending
+    (the signal was set after the stream's last wait, or in this task's own step).
+    Pending, it is raised here, where it is ours, not at the caller's next await."""
+    with contextlib.suppress(asyncio.CancelledError):  # ours, or another's as well: the
+        await asyncio.sleep(0)  # caller compares the counts
+    task.uncancel()
 
 
 async def _close(events: Any) -> None:

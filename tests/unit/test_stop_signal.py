@@ -6,6 +6,7 @@ one order of the signal against the stream's steps with futures, never with timi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from pico.application.flows.streaming import _stream
 from pico.application.model import (
     Done,
     Message,
+    ProviderError,
     Request,
     Response,
     StreamEvent,
@@ -52,6 +54,24 @@ class _Provider:
             yield Done(ANSWER)
         finally:
             self.closed = True
+
+
+class _Converting(_Provider):
+    """A provider whose stream turns a cancellation into its own error, or (``swallow``)
+    catches it and answers anyway."""
+
+    def __init__(self, *, swallow: bool) -> None:
+        super().__init__()
+        self.swallow = swallow
+
+    async def _events(self) -> AsyncIterator[StreamEvent]:
+        yield TextDelta("hel")
+        try:
+            await self.gate
+        except asyncio.CancelledError:
+            if not self.swallow:
+                raise ProviderError("connection dropped", kind="retryable") from None
+        yield Done(ANSWER)
 
 
 class _Execution:
@@ -186,3 +206,82 @@ def test_a_stop_signal_runs_each_callback_once_and_not_a_removed_one() -> None:
     assert calls == ["a", "c"]
     assert signal.is_set()
     remove_b()  # removing after the set is harmless
+
+
+@pytest.mark.parametrize("swallow", [False, True])
+@pytest.mark.parametrize("signal_class", [StopSignal, asyncio.Event])
+async def test_another_cancellation_wins_even_when_the_stream_converts_or_swallows_it(
+    swallow: bool, signal_class: type[asyncio.Event]
+) -> None:
+    """A shutdown's cancel reaches the provider's stream now that it runs in the
+    execution's task: turned into a ProviderError or swallowed, it still raises
+    CancelledError, as it did when the execution sat in the race."""
+    provider, signal = _Converting(swallow=swallow), signal_class()
+    task = asyncio.ensure_future(_run(provider, _Execution(signal)))
+    await _settle()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize("signal_class", [StopSignal, asyncio.Event])
+async def test_a_timeout_around_the_execution_is_a_timeout_not_a_provider_error(
+    signal_class: type[asyncio.Event],
+) -> None:
+    provider, signal = _Converting(swallow=False), signal_class()
+
+    async def execution() -> str:
+        try:
+            async with asyncio.timeout(0):
+                await _run(provider, _Execution(signal))
+        except TimeoutError:
+            return "timeout"
+        return "no timeout"
+
+    assert await execution() == "timeout"
+
+
+async def test_a_stop_counts_from_the_cancellations_the_task_came_in_with() -> None:
+    """An execution that swallowed an earlier cancellation (its count stays 1) is still
+    stopped, not cancelled, by the signal."""
+    provider, signal = _Provider(), StopSignal()
+
+    async def execution() -> tuple[Any, int]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # swallowed, never uncancelled
+            await asyncio.sleep(0)
+        outcome = await _run(provider, _Execution(signal))
+        await asyncio.sleep(0)
+        return outcome, task.cancelling()
+
+    task = asyncio.ensure_future(execution())
+    await _settle()
+    signal.set()
+    assert await task == (None, 1)
+
+
+async def test_a_stop_set_in_the_streams_own_step_does_not_land_at_the_next_await() -> None:
+    """The signal is set inside the execution's own step (a lease-lost callback, say) and
+    the stream then raises a CancelledError of its own in that same step: the stop's
+    cancellation, still pending, is taken here, not at the caller's next await."""
+    signal = StopSignal()
+
+    class _SetsAndCancels(_Provider):
+        async def _events(self) -> AsyncIterator[StreamEvent]:
+            yield TextDelta("hel")
+            signal.set()
+            cancelled = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled  # raises at once, without yielding to the loop
+            yield Done(ANSWER)
+
+    async def execution() -> tuple[Any, int]:
+        outcome = await _run(_SetsAndCancels(), _Execution(signal))
+        await asyncio.sleep(0)
+        task = asyncio.current_task()
+        assert task is not None
+        return outcome, task.cancelling()
+
+    assert await asyncio.ensure_future(execution()) == (None, 0)
