@@ -61,6 +61,7 @@ class RawWriter:
         self._token_conn: Any = None  # change_token: the connection its counter is from
         self._token_epoch = 0
         self._batch_version: int | None = None  # change_token's counter read in this batch
+        self._batch_rolled_back = False  # SQLite rolled the open batch back (_check_batch)
 
     def sql(self, statement: str) -> str:
         """Our statements use qmark placeholders; psycopg wants %s."""
@@ -92,7 +93,8 @@ class RawWriter:
         if conn is not self._token_conn:
             self._token_conn = conn
             self._token_epoch += 1
-        if self.pending and conn.in_transaction:
+        self._check_batch(conn)
+        if self.pending and conn.in_transaction and not self._batch_rolled_back:
             # Inside the open batch (BEGIN IMMEDIATE: this connection holds the file's
             # write lock) no other connection can commit, so the counter cannot move: read
             # once a batch (a turn's checks are mostly made inside one: 14 of 17).
@@ -101,8 +103,16 @@ class RawWriter:
                 version = self._batch_version = _data_version(conn)
         else:
             version = _data_version(conn)
-        intact = self.lost is None and not (self.pending and not conn.in_transaction)
+        intact = self.lost is None and not (self.pending and self._batch_rolled_back)
         return intact, self._token_epoch, version
+
+    def _check_batch(self, conn: Any) -> None:
+        """SQLite rolls an open batch back by itself on an I/O, disk-full or out-of-memory
+        error in a statement inside it, leaving it pending with no transaction open:
+        remembered until the batch ends, because a read snapshot on this connection may
+        open a transaction again (``idle_connection``), which is not the batch's."""
+        if self.pending and not conn.in_transaction:
+            self._batch_rolled_back = True
 
     def _release(self) -> None:
         """PostgreSQL: give the connection back between transactions, for this process's
@@ -125,6 +135,7 @@ class RawWriter:
             # PostgreSQL: only inside the batch. Between transactions the reader's
             # connections serve (a REPEATABLE READ snapshot each) and the writer's stays idle.
             return conn if self.pending else None
+        self._check_batch(conn)
         return conn if self.pending or not conn.in_transaction else None
 
     def batch_aborted(self, exc: BaseException) -> None:
@@ -303,6 +314,7 @@ class RawWriter:
     def _end_batch(self) -> None:
         self.pending = False
         self._batch_version = None
+        self._batch_rolled_back = False
         self.db.pending.discard(self)
 
     def _rollback(self, conn: Any, cur: Any) -> None:

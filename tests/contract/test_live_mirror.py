@@ -694,3 +694,28 @@ async def test_a_batch_sqlite_rolled_back_by_itself_is_not_served_by_the_mirrors
     assert storage.state_queries.values_under(scope, "pico.queue.") == []
     line.fault("test: done")
     await h.close()
+
+
+async def test_a_batch_sqlite_rolled_back_by_itself_stays_lost_inside_a_later_read_snapshot(
+    tmp_path: Any,
+) -> None:
+    """The same loss, then a read snapshot on the writer's connection opens a transaction
+    of its own before anything checks the mirrors: the connection is in a transaction
+    again, but not the batch's, and the mirrors still read the store."""
+    h = await pico.Harness.open(
+        f"sqlite:///{tmp_path / 'p.db'}", session="s", definitions=[Scripted()]
+    )
+    c = await h.root()
+    storage = _storage(h)
+    line = h.scheduler.line
+    assert storage.task_queries.live_tasks() == []  # the mirrors load
+    await line.run(_lost_work(c.id), defer=True)
+    assert len(storage.task_queries.live_tasks()) == 1  # the owner's own deferred batch
+    writer = storage.recorder.writer  # type: ignore[attr-defined]
+    writer.connection().execute("ROLLBACK")
+    with storage.snapshot():
+        assert storage.reads.get_conversations([c.id])  # the snapshot's BEGIN on the writer
+        assert writer.connection().in_transaction
+        assert storage.task_queries.live_tasks() == [] == _store_live(storage)
+    line.fault("test: done")
+    await h.close()
