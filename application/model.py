@@ -7,11 +7,13 @@ choose retry, overflow compaction or failure without knowing the provider.
 
 from __future__ import annotations
 
+import copy
 import math
+import operator
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
-from typing import Literal, Protocol, TypeAlias, overload
+from typing import Any, Literal, Protocol, TypeAlias, overload
 
 from pico.domain.errors import PicoError
 from pico.domain.json import JsonObject, JsonValue
@@ -147,7 +149,7 @@ class Messages(Sequence[Message]):
                 return tuple(self)[index]
             head = tuple(self._settled[start : min(stop, count)]) if start < count else ()
             return head + self._tail[max(start - count, 0) : max(stop - count, 0)]
-        i = index.__index__()
+        i = operator.index(index)
         size = count + len(self._tail)
         if i < 0:
             i += size
@@ -174,6 +176,17 @@ class Messages(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"Messages({tuple(self)!r})"
+
+    # Copies and pickles hold only this request's messages, as a tuple: never the rest of
+    # the shared settled list (``copy.deepcopy``, ``dataclasses.asdict``, ``pickle``).
+    def __copy__(self) -> Messages:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[Message, ...]:
+        return tuple(copy.deepcopy(m, memo) for m in self)
+
+    def __reduce__(self) -> tuple[type[tuple[Message, ...]], tuple[tuple[Message, ...]]]:
+        return (tuple, (tuple(self),))
 
 
 @dataclass(frozen=True)

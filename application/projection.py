@@ -255,15 +255,17 @@ def project_context(
     if as_of is not None or cache is None:
         snapshot = reads.get_conversations([conversation_id], as_of).get(conversation_id)
         if snapshot is None:
-            return []
+            return ()
         local = ProjectionCache(capacity=len(snapshot.context) + 1)
-        return _merge_users(
-            _normalize_results(_project_entries(reads, snapshot.context, projection, local))
+        return tuple(
+            _merge_users(
+                _normalize_results(_project_entries(reads, snapshot.context, projection, local))
+            )
         )
     state = cache.state(conversation_id)
     tail = reads.context_tail(conversation_id, state.last_position if state else None)
     if tail is None:
-        return []
+        return ()
     revision, elements = tail
     if state is None or state.revision != revision:  # a replacement or reset: start over
         if state is not None:

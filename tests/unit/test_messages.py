@@ -4,6 +4,10 @@ appends to the list it shares."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -57,6 +61,20 @@ def test_later_appends_to_the_shared_list_do_not_change_a_request() -> None:
     assert tuple(first) == (_m(0), _m(1), _m(2))
     assert first != Messages(settled, 4)
     assert first != (_m(0), _m(1))  # a shorter sequence differs
+
+
+def test_copies_and_pickles_hold_only_the_requests_own_messages() -> None:
+    settled = [_m(0), _m(1), _m(2), _m(3)]
+    seq = Messages(settled, 2, (_m(9),))
+    assert copy.copy(seq) is seq  # immutable
+    deep: object = copy.deepcopy(seq)  # a tuple, whatever the annotations say
+    assert type(deep) is tuple and deep == (_m(0), _m(1), _m(9))
+    loaded = pickle.loads(pickle.dumps(seq))
+    assert type(loaded) is tuple and loaded == (_m(0), _m(1), _m(9))
+    request = pico.Request(model="m", messages=seq)
+    assert dataclasses.asdict(request)["messages"] == (_m(0), _m(1), _m(9))
+    with pytest.raises(TypeError):
+        seq[1.0]  # type: ignore[call-overload]
 
 
 def test_a_count_beyond_the_list_is_refused() -> None:
