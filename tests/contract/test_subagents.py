@@ -414,6 +414,25 @@ async def test_no_new_work_starts_beneath_an_owner_marked_for_cancellation(
     await h.close()
 
 
+class _HoldsTheChild(GatedProvider):
+    """Also holds the child's request after it spawned the grandchild (its context opens
+    with the child's prompt) until ``child_release``: the parent's abort then lands while
+    the child's work, and so its owner, is live, whatever order the loop runs them in."""
+
+    def __init__(self, inner: FauxProvider, key: str) -> None:
+        super().__init__(inner, key)
+        self.child_entered = asyncio.Event()
+        self.child_release = asyncio.Event()
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        messages = request.messages
+        if len(messages) > 1 and messages[0].text == "child task":
+            self.child_entered.set()
+            await self.child_release.wait()
+        async for event in super().stream(request):
+            yield event
+
+
 async def test_a_marked_owner_does_not_wait_for_detached_work_beneath_its_child(
     backend: Backend,
 ) -> None:
@@ -428,13 +447,14 @@ async def test_a_marked_owner_does_not_wait_for_detached_work_beneath_its_child(
         "child answer",
         "grand answer",
     ]
-    provider = GatedProvider(FauxProvider(calls), "grand work")
+    provider = _HoldsTheChild(FauxProvider(calls), "grand work")
     tools = [pico.subagent_tool(tools=["subagent"])]
     h = await backend.open(provider=provider, tools=tools)
     c = await h.root()
     question = await c.accept("go")
     drive = asyncio.ensure_future(c.drive())
     await provider.entered.wait()  # the grandchild streams, held
+    await provider.child_entered.wait()  # and the child's next request: its owner is live
     (owner,) = (await h.tasks(conversation_ids=[c.id], kind="subagent")).items
     child = owner.owned_conversation_id or 0
     (grand,) = (await h.tasks(conversation_ids=[child], kind="subagent")).items
