@@ -124,8 +124,8 @@ async def _until_stopped(
         outcome: Response | Deferred | None = None
         try:
             outcome = await consume
-        except BaseException as exc:  # sorted out below, by whose cancellation it is
-            raised = exc
+        except (Exception, asyncio.CancelledError) as exc:  # sorted out below, by whose
+            raised = exc  # cancellation it is (KeyboardInterrupt and the like pass through)
         finally:
             remove()
         if fired:

@@ -285,3 +285,26 @@ async def test_a_stop_set_in_the_streams_own_step_does_not_land_at_the_next_awai
         return outcome, task.cancelling()
 
     assert await asyncio.ensure_future(execution()) == (None, 0)
+
+
+class _Fatal(BaseException):
+    """Stands in for KeyboardInterrupt and SystemExit: never an outcome of a stream."""
+
+
+async def test_a_base_exception_that_is_no_cancellation_passes_through_a_stop() -> None:
+    signal = StopSignal()
+
+    class _Dies(_Provider):
+        async def _events(self) -> AsyncIterator[StreamEvent]:
+            yield TextDelta("hel")
+            try:
+                await self.gate
+            except asyncio.CancelledError:
+                raise _Fatal() from None
+            yield Done(ANSWER)
+
+    task = asyncio.ensure_future(_run(_Dies(), _Execution(signal)))
+    await _settle()
+    signal.set()
+    with pytest.raises(_Fatal):
+        await task
