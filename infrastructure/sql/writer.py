@@ -236,10 +236,12 @@ class RawWriter:
                     self._end_batch()
                     self._release()
                 return
-            if self.pending and not conn.in_transaction:
+            self._check_batch(conn)
+            if self.pending and self._batch_rolled_back:
                 # SQLite rolled the open batch back by itself (an I/O, disk-full or
                 # out-of-memory error in a statement inside it): its commands are lost,
-                # and this one would run outside any batch, on what they numbered.
+                # and this one would run outside any batch, on what they numbered (also
+                # when a read snapshot on this connection has begun a transaction since).
                 raise RuntimeError(f"the open batch on {self.db.location} was rolled back")
             if not self.pending and not held:
                 if self.db.pending:

@@ -323,3 +323,30 @@ def test_a_batch_sqlite_rolled_back_by_itself_is_lost_and_no_row_lands_on_its_nu
         other.close()
         db.close()
         other_db.close()
+
+
+def test_a_lost_batch_is_refused_even_inside_a_read_transaction_begun_since(
+    tmp_path: Path,
+) -> None:
+    """The same loss, then a read snapshot on the writer's connection begins a
+    transaction of its own (``idle_connection`` lends it) and is still open when the
+    next command writes: the connection is in a transaction, but not the batch's, and
+    the write refuses instead of landing alone on the lost batch's numbers."""
+    url = f"sqlite:///{tmp_path / 'rolled.db'}"
+    rec = SqlRecorder(SqlDatabase(url))
+    try:
+        a, x = uuid.uuid4(), uuid.uuid4()
+        x_topic = _topic()
+        rec.insert_events([StoredEvent(a, 1, _topic(), b"{}")], session_id="s")
+        rec.insert_events([StoredEvent(x, 1, x_topic, b"{}")], session_id="s", defer=True)
+        conn = rec.writer.connection()
+        conn.execute("ROLLBACK")  # what SQLite does after such an error
+        lent = rec.writer.idle_connection()
+        assert lent is not None and lent is conn  # a read snapshot takes it ...
+        conn.execute("BEGIN")  # ... and begins its own transaction
+        conn.execute("SELECT 1").fetchall()
+        with pytest.raises(RuntimeError, match="rolled back"):
+            rec.insert_events([StoredEvent(x, 2, x_topic, b'{"v":2}')], session_id="s")
+        assert _numbers(rec.db, x) == []
+    finally:
+        rec.close()
