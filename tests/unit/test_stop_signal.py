@@ -174,14 +174,21 @@ async def test_another_cancellation_of_the_task_propagates_with_or_without_the_s
 
 async def test_an_unset_signal_returns_the_answer_and_keeps_no_callback() -> None:
     provider, signal = _Provider(), StopSignal()
-    task = asyncio.ensure_future(_run(provider, _Execution(signal)))
+    later: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def execution() -> tuple[Any, str]:
+        outcome = await _run(provider, _Execution(signal))
+        return outcome, await later  # the execution goes on after its stream
+
+    task = asyncio.ensure_future(execution())
     await _settle()
     provider.gate.set_result(None)
-    assert await task == ANSWER
-    assert signal._callbacks == []
-    signal.set()  # later: stops nothing, cancels nothing
     await _settle()
-    assert not task.cancelled()
+    assert signal._callbacks == []
+    signal.set()  # while the execution awaits something else: it must not be cancelled
+    await _settle()
+    later.set_result("went on")
+    assert await task == (ANSWER, "went on")
 
 
 async def test_a_plain_event_signal_still_stops_the_stream() -> None:
