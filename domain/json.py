@@ -207,6 +207,23 @@ def loads(text: str) -> JsonValue:
     return result
 
 
+def _copy(value: Any) -> Any:
+    """A deep copy of a value ``_valid`` passed: what ``loads(dumps(value))`` returns
+    (new dicts and lists, the same immutable leaves), without the text in between."""
+    t = type(value)
+    if t is dict:
+        return {
+            k: v if (tv := type(v)) is str or tv is int or v is None else _copy(v)
+            for k, v in value.items()
+        }
+    if t is list:
+        return [v if (tv := type(v)) is str or tv is int or v is None else _copy(v) for v in value]
+    return value  # a bool, a float, a str or an int, or None
+
+
 def strict_json(value: Any, *, what: str = "payload") -> JsonValue:
     """Validate and deep-copy ``value``."""
+    if _valid(value, 0):
+        copied: JsonValue = _copy(value)
+        return copied
     return loads(dumps(value, what=what))

@@ -305,3 +305,38 @@ def test_the_fast_verdict_agrees_with_the_path_naming_check(value: Any) -> None:
         assert not is_strict_json(value)
     else:
         assert is_strict_json(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with the same types throughout (``1 == 1.0 == True`` is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or (a != a and b != b)
+
+
+def _containers(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [value, *(c for v in value.values() for c in _containers(v))]
+    if isinstance(value, list):
+        return [value, *(c for v in value for c in _containers(v))]
+    return []
+
+
+@settings(max_examples=500, deadline=None)
+@given(_JSON, st.booleans())
+def test_strict_json_copies_exactly_what_the_text_round_trip_gives(value: Any, share: bool) -> None:
+    # strict_json copies a valid value without encoding it: what it returns must be what
+    # the text round trip returns (types included: True, 1 and 1.0 stay apart), and share
+    # no dict or list with the caller's value, even one the value holds twice.
+    if share and isinstance(value, (dict, list)):
+        value = {"a": value, "b": value}
+    copied = strict_json(value)
+    assert _same(copied, json.loads(dumps(value)))
+    mine = {id(c) for c in _containers(value)}
+    assert not mine & {id(c) for c in _containers(copied)}
+    got = _containers(copied)
+    assert len({id(c) for c in got}) == len(got)  # each container copied apart
