@@ -16,9 +16,10 @@ data through an object it passed in or got back.
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 from json.encoder import encode_basestring
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from pico.domain.errors import InvalidJsonError
 
@@ -202,7 +203,25 @@ def dumps(value: Any, *, what: str = "payload") -> str:
     return _encode(value)
 
 
+# The C scanner ``json.loads`` ends in, called directly: ``loads`` of a short text spent
+# ~80% of its time in the Python-level ``decode``/``raw_decode`` and their whitespace
+# regexes (0.94 against 0.12 us for "{}"; most stored texts pico reads back are short).
+_c_make_scanner: Any = getattr(json.scanner, "c_make_scanner", None)  # CPython's C accelerator
+_SCAN = None if _c_make_scanner is None else _c_make_scanner(json.JSONDecoder())
+
+
 def loads(text: str) -> JsonValue:
+    """``json.loads(text)``: the same value, or the same error."""
+    if _SCAN is not None and type(text) is str:
+        # A value starting at 0 and ending the text is what json.loads returns for it;
+        # anything else (whitespace around it, an error) takes json.loads, which decides.
+        try:
+            value, end = _SCAN(text, 0)
+        except Exception:  # json.loads below raises its own error
+            pass
+        else:
+            if end == len(text):
+                return cast(JsonValue, value)
     result: JsonValue = json.loads(text)
     return result
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -340,3 +341,49 @@ def test_strict_json_copies_exactly_what_the_text_round_trip_gives(value: Any, s
     assert not mine & {id(c) for c in _containers(copied)}
     got = _containers(copied)
     assert len({id(c) for c in got}) == len(got)  # each container copied apart
+
+
+_SPACE = st.sampled_from(["", " ", "\n", "\t ", "\r\n"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON, _SPACE, _SPACE, st.booleans())
+def test_loads_reads_what_json_loads_reads(
+    value: Any, before: str, after: str, pretty: bool
+) -> None:
+    # loads calls json's C scanner directly; with whitespace around the value, or spaced
+    # out inside it, it must return exactly what json.loads returns.
+    text = json.dumps(value, indent=1 if pretty else None, ensure_ascii=pretty)
+    for candidate in (text, before + text + after):
+        assert _same(json_module.loads(candidate), json.loads(candidate))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        " ",
+        "{",
+        '{"a":}',
+        "[1,]",
+        "1 2",
+        '"x" y',
+        "nul",
+        "NaNx",
+        '{"a":1}}',
+        "\ufeff{}",
+        "[" * 3,
+    ],
+)
+def test_loads_refuses_what_json_loads_refuses_with_its_error(bad: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(bad)
+    with pytest.raises(json.JSONDecodeError) as got:
+        json_module.loads(bad)
+    assert (got.value.msg, got.value.pos) == (expected.value.msg, expected.value.pos)
+
+
+def test_loads_reads_the_non_finite_numbers_json_loads_reads() -> None:
+    # json.loads takes NaN and Infinity (pico's writers never write them): the same here.
+    got = json_module.loads("[NaN,Infinity,-Infinity,1e400]")
+    assert got[0] != got[0] and got[1:] == [math.inf, -math.inf, math.inf]
