@@ -386,4 +386,5 @@ def test_loads_refuses_what_json_loads_refuses_with_its_error(bad: str) -> None:
 def test_loads_reads_the_non_finite_numbers_json_loads_reads() -> None:
     # json.loads takes NaN and Infinity (pico's writers never write them): the same here.
     got = json_module.loads("[NaN,Infinity,-Infinity,1e400]")
+    assert isinstance(got, list)
     assert got[0] != got[0] and got[1:] == [math.inf, -math.inf, math.inf]
