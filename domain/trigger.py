@@ -143,7 +143,11 @@ def create_aggregate(aggregate_class: Any, event_class: Any, **kwargs: Any) -> A
     topic = _TOPICS.get(aggregate_class)
     if topic is None:
         topic = _TOPICS[aggregate_class] = get_topic(aggregate_class)
-    _fill(body, event_class, {"originator_topic": topic, **kwargs})
+    fields = {"originator_topic": topic, **kwargs}
+    if tuple(fields) == _names(event_class)[1]:  # every field, in the field order
+        body.update(fields)
+    else:
+        _fill(body, event_class, fields)
     agg = object.__new__(aggregate_class)
     agg.__base_init__(originator_id, aggregate_class.INITIAL_VERSION, stamp)
     agg.__init__(**kwargs)
@@ -177,7 +181,9 @@ def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
     event = object.__new__(event_class)
     body = {"originator_id": originator_id, "originator_version": version, "timestamp": stamp}
     given, order = _names(event_class)
-    if kwargs.keys() == given:  # every field given (the aggregates' own calls): no defaults
+    if tuple(kwargs) == order:  # every field given in the field order (most calls)
+        body.update(kwargs)
+    elif kwargs.keys() == given:  # every field given (the aggregates' own calls): no defaults
         for name in order:
             body[name] = kwargs[name]
     else:

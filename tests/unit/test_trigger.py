@@ -186,6 +186,21 @@ def test_missing_and_unknown_fields_are_refused_like_the_library() -> None:
     assert session.version == 1 and len(session.pending_events) == 1  # only its creation
 
 
+def test_an_event_given_its_fields_in_any_order_stores_them_in_the_field_order() -> None:
+    # Fields given in their declared order are copied at once; any other order (or a
+    # default left out) is laid out field by field: the body is the same either way.
+    in_order = Session(session_id="s")
+    in_order.trigger_event(Session.Committed, first=1, last=2, scope="main", link="", task=3)
+    reversed_ = Session(session_id="s")
+    reversed_.trigger_event(Session.Committed, task=3, link="", scope="main", last=2, first=1)
+    expected = ["originator_id", "originator_version", "timestamp"]
+    expected += ["first", "last", "scope", "link", "task"]
+    for session in (in_order, reversed_):
+        event = session.pending_events[-1]
+        assert list(vars(event)) == expected
+        assert (event.first, event.last, event.scope, event.task) == (1, 2, "main", 3)
+
+
 def test_the_aggregate_ends_as_the_library_leaves_it(monkeypatch: pytest.MonkeyPatch) -> None:
     _fixed_clock(monkeypatch)
     fast = Session(session_id="s")
