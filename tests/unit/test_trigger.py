@@ -197,6 +197,7 @@ def test_an_event_given_its_fields_in_any_order_stores_them_in_the_field_order()
     expected += ["first", "last", "scope", "link", "task"]
     for session in (in_order, reversed_):
         event = session.pending_events[-1]
+        assert isinstance(event, Session.Committed)
         assert list(vars(event)) == expected
         assert (event.first, event.last, event.scope, event.task) == (1, 2, "main", 3)
 
