@@ -293,7 +293,7 @@ class _JsonlSource:
         store.open(make_mapper())
         store.close()
         self.session = session
-        self.log = list(store.db.log.get(session, []))
+        self.log = store.db.session_log(session)
         self.store = store.read_store
         self._replica: Replica | None = None
         self._stack = stack

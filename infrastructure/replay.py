@@ -358,7 +358,7 @@ def _replay_memory(url: str, session: str) -> ReplayReport:
         )
     db = named_database(name)
     with db.lock:
-        log = list(db.log.get(session, []))
+        log = db.session_log(session)
         live = db.read_stores.get(session)
     if not log and live is None:
         raise UnknownSessionError(session)
@@ -403,7 +403,7 @@ def _replay_jsonl(directory: Path, session: str) -> ReplayReport:
         finally:
             store.close()
         live = owner.read_store if owner is not None else store.read_store
-        log = list(store.db.log.get(session, []))
+        log = store.db.session_log(session)
         return _compare_log(session, str(journal.main), log, live, JSONL_NOTE)
 
 

@@ -667,7 +667,7 @@ def _check_memory(url: str, session: str, findings: Findings) -> CheckReport:
         )
     db: MemoryDatabase = named_database(name)
     with db.lock:
-        log = list(db.log.get(session, []))
+        log = db.session_log(session)
         live = db.read_stores.get(session)
     if not log and live is None:
         raise UnknownSessionError(session)
@@ -739,7 +739,7 @@ def _check_jsonl(directory: Path, session: str, findings: Findings) -> CheckRepo
             store.close()
         kept = owner.db if owner is not None else store.db
         answering = owner.read_store if owner is not None else store.read_store
-        return _check_log(session, store.db.log.get(session, []), kept, answering, findings)
+        return _check_log(session, store.db.session_log(session), kept, answering, findings)
 
 
 def _check_damaged_journal(

@@ -73,15 +73,15 @@ class JsonlSnapshotRecorder(MemoryRecorder):
             except (ValueError, TypeError) as exc:
                 self._give_up(f"line {number} is not a snapshot ({exc})")
                 return
-            stream = self.db.streams.get(oid)
-            if not stream or stored.originator_version > stream[-1].originator_version:
+            last = self.db.last_version(oid)
+            if last is None or stored.originator_version > last:
                 ahead = True  # of a history the journal lost: never restore it
                 continue
             current = newest.get(oid)
             if current is None or stored.originator_version >= current.originator_version:
                 newest[oid] = stored
         for key, snapshot in newest.items():
-            self.streams[key] = [snapshot]
+            self.db.snapshots[key] = [snapshot]
         if self.store.read_only:
             return
         # A snapshot ahead of its stream must go before anything new is appended: once
@@ -94,7 +94,7 @@ class JsonlSnapshotRecorder(MemoryRecorder):
 
     def _give_up(self, why: str) -> None:
         log.warning("%s %s; this session opens without its snapshots", self.path, why)
-        self.streams.clear()
+        self.db.snapshots.clear()
         self._disabled = True
 
     def _rewrite(self, snapshots: Sequence[StoredEvent]) -> None:

@@ -45,7 +45,6 @@ from pico.domain.errors import (
     StorageUnavailableError,
     UnknownSessionError,
 )
-from pico.domain.ids import stream_uuid
 from pico.domain.state import StateWrite
 from pico.infrastructure.jsonl.journal import (
     SESSION_TOPIC,
@@ -210,12 +209,7 @@ class JsonlStore:
 
     def _publish(self, batch: Batch, ops: list[RowOp]) -> None:
         """Add a prepared batch to the database: streams, the session's log, rows."""
-        events = self.db.streams
-        log_ = self.db.log.setdefault(self.session_id, [])
-        for e in batch.events:
-            oid = e.originator_id
-            events.setdefault(stream_uuid(oid), []).append(e)
-            log_.append(e)
+        self.db.append(self.session_id, batch.events)
         try:
             self.read_store.apply(ops)
         except Exception as exc:

@@ -105,13 +105,13 @@ async def test_a_duplicate_batch_is_skipped_and_a_gap_refused(tmp_path: Path) ->
     await c.append("user", "once")
     storage: Any = h._line.storage
     store: JsonlStore = storage.recorder.store
-    last_batch = list(store.db.log[SESSION][-1:])
+    last_batch = store.db.session_log(SESSION, -1)
     before = _main(tmp_path).read_bytes()
-    log_length = len(store.db.log[SESSION])
+    log_length = store.db.log_length(SESSION)
     # Check: the last batch again is a duplicate: not re-written, not re-published.
     assert store.write(last_batch, [], []) is False
     assert _main(tmp_path).read_bytes() == before
-    assert len(store.db.log[SESSION]) == log_length
+    assert store.db.log_length(SESSION) == log_length
     # Check: a batch two past the journal's last is a gap: refused, nothing written.
     (event,) = last_batch
     gap = type(event)(

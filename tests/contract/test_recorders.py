@@ -11,6 +11,7 @@ one would grow storage with every interval). Their own contract is tested below.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import unittest
@@ -180,3 +181,33 @@ def test_memory_windows_match_sqlite_for_every_bound(tmp_path: Path) -> None:
     finally:
         sql.close()
         db.close()
+
+
+def test_the_memory_database_keeps_events_the_garbage_collector_does_not_walk() -> None:
+    """A memory session holds every event it ever stored (~38 a turn): kept as tuples of
+    ints, strings and bytes, which a collection stops tracking, no full collection walks
+    them again; what the recorder and the session log hand out are the stored events."""
+    db = MemoryDatabase()
+    recorder = MemoryRecorder(db)
+    a, b = uuid.uuid4(), uuid.uuid4()
+    batch = [
+        StoredEvent(a, 1, "x.A", b'{"n":1}'),
+        StoredEvent(str(b), 1, "x.B", b"{}"),  # a stream id as text, as a migration gives
+        StoredEvent(a, 2, "x.A", b'{"n":2}'),
+    ]
+    recorder.insert_events(batch, session_id="s")
+    gc.collect()
+    kept = [*db.log["s"], *(e for stream in db.streams.values() for e in stream)]
+    assert len(kept) == 6 and not any(gc.is_tracked(e) for e in kept)
+    # Check: read back as the stored events, with the stream ids as UUIDs.
+    expected = [StoredEvent(a, 1, "x.A", b'{"n":1}'), StoredEvent(b, 1, "x.B", b"{}")]
+    expected.append(StoredEvent(a, 2, "x.A", b'{"n":2}'))
+    assert db.session_log("s") == expected
+    assert db.session_log("s", 1, 2) == expected[1:2] and db.log_length("s") == 3
+    assert recorder.select_events(a) == [expected[0], expected[2]]
+    assert recorder.select_events(str(b)) == [expected[1]]
+    assert recorder.select_session_events("s", after=1, limit=5) == [
+        (2, expected[1]),
+        (3, expected[2]),
+    ]
+    assert db.last_version(a) == 2 and db.last_version(uuid.uuid4()) is None

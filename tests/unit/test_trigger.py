@@ -68,7 +68,7 @@ async def _session(url: str) -> None:
 
 def _stored(name: str) -> list[tuple[Any, ...]]:
     db = named_database(name)
-    return [(e.originator_id, e.originator_version, e.topic, e.state) for e in db.log["s"]]
+    return [(e.originator_id, e.originator_version, e.topic, e.state) for e in db.session_log("s")]
 
 
 def _fixed_clock(monkeypatch: pytest.MonkeyPatch, *, command_stamps: bool = False) -> None:
@@ -226,7 +226,7 @@ def _stamps(name: str) -> list[list[str]]:
     """Each command's event timestamps, in storage order (an opening's claim batch, not a
     command, is left out)."""
     batches: list[list[str]] = [[]]
-    for e in named_database(name).log["s"]:
+    for e in named_database(name).session_log("s"):
         batches[-1].append(json.loads(e.state)["timestamp"]["_data_"])
         if e.topic.endswith("Session.Claimed"):
             batches[-1] = []
@@ -301,7 +301,7 @@ def test_interleaved_commands_each_stamp_their_own_events() -> None:
             stamp = seen[name][0]
             assert stamp is not None and seen[name] == [stamp, stamp]
             assert stamp <= built[name]
-            log = named_database(f"trigger-{name}-{first_ends}").log["s"]
+            log = named_database(f"trigger-{name}-{first_ends}").session_log("s")
             assert log[-1].topic.endswith("Session.Committed")  # the command's boundary
             writes = [e for e in log if e.topic.endswith("Session.ValueSet")]
             stamps = {json.loads(e.state)["timestamp"]["_data_"] for e in [*writes, log[-1]]}
@@ -364,8 +364,8 @@ def test_a_nested_command_stamps_its_own_and_gives_the_outer_back() -> None:
         assert command_stamp() is None
         outer_stamp = seen[0]
         assert outer_stamp is not None and seen == [outer_stamp, outer_stamp]
-        outer_log = named_database("trigger-nest-a").log["s"][-3:]  # 2 writes + boundary
-        inner_log = named_database("trigger-nest-b").log["s"][-2:]  # 1 write + boundary
+        outer_log = named_database("trigger-nest-a").session_log("s")[-3:]  # 2 writes + boundary
+        inner_log = named_database("trigger-nest-b").session_log("s")[-2:]  # 1 write + boundary
         assert {_stamp_of(e) for e in outer_log} == {outer_stamp}
         ((inner_stamp),) = {_stamp_of(e) for e in inner_log}
         assert inner_stamp > outer_stamp
@@ -389,8 +389,10 @@ def test_opening_a_session_inside_a_command_stamps_the_claim_with_its_own_readin
             opened.append(await pico.Harness.open("memory://trigger-open-b", session="s"))
 
         await a.command(build)
-        (outer_stamp,) = {_stamp_of(e) for e in named_database("trigger-open-a").log["s"][-2:]}
-        log = named_database("trigger-open-b").log["s"]
+        (outer_stamp,) = {
+            _stamp_of(e) for e in named_database("trigger-open-a").session_log("s")[-2:]
+        }
+        log = named_database("trigger-open-b").session_log("s")
         claimed = [e for e in log if e.topic.endswith("Session.Claimed")]
         assert len(claimed) == 1 and _stamp_of(claimed[0]) > outer_stamp
         stamps = [_stamp_of(e) for e in log]
