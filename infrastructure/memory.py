@@ -24,16 +24,14 @@ from pico.projections.ops import RowOp
 __all__ = ["MemoryDatabase", "MemoryRecorder", "named_database"]
 
 
-#: A stream's event as the database keeps it: (version, topic, body).
-Kept = tuple[int, str, bytes]
-#: A session log's event as the database keeps it: (stream id as an int, version, topic,
-#: body).
-Logged = tuple[int, int, str, bytes]
+#: An event as the database keeps it: (stream id as an int, version, topic, body). The
+#: same tuple is in its stream and in its session's log.
+Kept = tuple[int, int, str, bytes]
 
 
 class MemoryDatabase:
-    """Every stored event twice, in its stream (``streams``) and in its session's log
-    (``log``), as exact tuples of ints, strings and bytes, not ``StoredEvent`` objects:
+    """Every stored event in its stream (``streams``) and in its session's log (``log``),
+    as one exact tuple of ints, strings and bytes, not a ``StoredEvent`` object:
     the garbage collector stops tracking such a tuple, and a memory session holds ~38
     events a turn (a ``StoredEvent`` and its attribute dict were two tracked objects
     each, which every full collection walked again: ~13% of a 2,000-turn memory run).
@@ -44,7 +42,7 @@ class MemoryDatabase:
         self.lock = threading.RLock()
         self.streams: dict[UUID, list[Kept]] = {}
         self.snapshots: dict[UUID, list[StoredEvent]] = {}
-        self.log: dict[str, list[Logged]] = {}
+        self.log: dict[str, list[Kept]] = {}
         self.read_stores: dict[str, MemoryReadStore] = {}
         self._ids: dict[int, UUID] = {}  # each stream's id by its int, for the log
 
@@ -74,14 +72,14 @@ class MemoryDatabase:
             if stream is None:
                 stream = streams[oid] = []
                 self._ids[oid.int] = oid
-            version, topic, state = e.originator_version, e.topic, e.state
-            stream.append((version, topic, state))
-            log.append((oid.int, version, topic, state))
+            kept = (oid.int, e.originator_version, e.topic, e.state)
+            stream.append(kept)
+            log.append(kept)
 
     def last_version(self, oid: UUID) -> int | None:
         """The newest version of a stream (None: no event)."""
         stream = self.streams.get(oid)
-        return stream[-1][0] if stream else None
+        return stream[-1][1] if stream else None
 
     def session_log(
         self, session_id: str, start: int = 0, stop: int | None = None
@@ -122,7 +120,7 @@ def _version(e: StoredEvent) -> int:
 
 
 def _kept_version(e: Kept) -> int:
-    return e[0]
+    return e[1]
 
 
 def _window(
@@ -175,7 +173,7 @@ class MemoryRecorder(AggregateRecorder):
                 # A new stream accepts any first version (the library's recorders take
                 # version 0 too); after that versions must increase.
                 stream = streams.get(oid)
-                last = stream[-1][0] if stream else -1
+                last = stream[-1][1] if stream else -1
             if e.originator_version <= last:
                 raise IntegrityError(f"stream {oid} already has version {e.originator_version}")
             pending[oid] = e.originator_version
@@ -216,7 +214,7 @@ class MemoryRecorder(AggregateRecorder):
             if self.is_events:
                 kept = self.db.streams.get(oid, [])
                 start, end = _window(kept, _kept_version, gt, lte, desc, limit)
-                out = [stored_event(oid, v, topic, state) for v, topic, state in kept[start:end]]
+                out = [stored_event(oid, v, topic, state) for _, v, topic, state in kept[start:end]]
             else:
                 stream = self.db.snapshots.get(oid, [])
                 start, end = _window(stream, _version, gt, lte, desc, limit)

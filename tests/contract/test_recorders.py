@@ -199,6 +199,7 @@ def test_the_memory_database_keeps_events_the_garbage_collector_does_not_walk() 
     gc.collect()
     kept = [*db.log["s"], *(e for stream in db.streams.values() for e in stream)]
     assert len(kept) == 6 and not any(gc.is_tracked(e) for e in kept)
+    assert all(e in db.log["s"] for stream in db.streams.values() for e in stream)
     # Check: read back as the stored events, with the stream ids as UUIDs.
     expected = [StoredEvent(a, 1, "x.A", b'{"n":1}'), StoredEvent(b, 1, "x.B", b"{}")]
     expected.append(StoredEvent(a, 2, "x.A", b'{"n":2}'))
