@@ -91,29 +91,38 @@ class _PlainEventMapper(Mapper[UUID]):
 
     def __init__(self, transcoder: JSONTranscoder) -> None:
         super().__init__(transcoder=transcoder)
-        self._plain: dict[type, str | None] = {}  # class -> topic, None: not plain
+        # class -> (topic, class version), None: not plain
+        self._plain: dict[type, tuple[str, int] | None] = {}
         self._plain_classes: dict[str, Any] = {}  # topic -> plain class, None: not plain
-        self._last_stamp: tuple[datetime | None, str] = (None, "")
+        self._last_stamp: tuple[datetime | None, dict[str, str]] = (None, {})
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         cls = type(domain_event)
-        topic = self._plain.get(cls, "")
-        if topic == "":
-            topic = self._plain[cls] = _plain_topic(cls)
-        if topic is None:
+        try:
+            plain = self._plain[cls]
+        except KeyError:
+            topic = _plain_topic(cls)
+            plain = self._plain[cls] = (
+                None if topic is None else (topic, getattr(cls, "class_version", 1))
+            )
+        if plain is None:
             return super().to_stored_event(domain_event)
+        topic, version = plain
         state = dict(vars(domain_event))
         originator_id = state.pop("originator_id")
         originator_version = state.pop("originator_version")
         stamp = state.get("timestamp")
         if type(stamp) is datetime:
-            # A command's events share one timestamp object (domain/trigger.py): its text
-            # is made once. One tuple, replaced whole: threads may share the mapper.
+            # A command's events share one timestamp object (domain/trigger.py): its
+            # transcoded form is made once and shared by their states, which only the
+            # encoder below reads. One tuple, replaced whole: threads may share the mapper.
             last = self._last_stamp
             if last[0] is not stamp:
-                last = self._last_stamp = (stamp, stamp.isoformat())
-            state["timestamp"] = {"_type_": DatetimeAsISO.name, "_data_": last[1]}
-        version = getattr(cls, "class_version", 1)
+                last = self._last_stamp = (
+                    stamp,
+                    {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()},
+                )
+            state["timestamp"] = last[1]
         if version > 1:  # where the library's mapper writes it: last
             state["class_version"] = version
         try:
