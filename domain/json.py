@@ -5,7 +5,9 @@ content and metadata, summaries, handoffs, task state, tool results, inputs and 
 scoped value or list element. It refuses, as ``InvalidJsonError`` naming the path, what
 the JSON encoder would otherwise store as something else: NaN and infinities, tuples,
 sets, bytes, ``Decimal``, ``range`` and other non-JSON objects, non-string object keys,
-lone surrogates in any string or key, and nesting deeper than ``MAX_DEPTH`` levels.
+lone surrogates in any string or key, nesting deeper than ``MAX_DEPTH`` levels, and an
+integer of more than ``MAX_INT_DIGITS`` digits (which Python would neither write nor read
+back as a JSON number by default).
 ``str``, ``int`` and ``float`` subclasses (e.g. ``IntEnum``, ``StrEnum``) are stored as
 their base type's value, which compares equal; ``bool`` is JSON's own true/false.
 
@@ -25,6 +27,7 @@ from pico.domain.errors import InvalidJsonError
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "JsonObject",
     "JsonValue",
     "check_json",
@@ -39,6 +42,11 @@ JsonObject: TypeAlias = dict[str, JsonValue]
 
 #: Containers nest at most this deep in every payload kind (the top level is depth 0).
 MAX_DEPTH = 200
+#: An integer has at most this many digits: Python's default limit for converting an int
+#: to and from decimal text (``sys.get_int_max_str_digits``), so that every pico process
+#: can write it and read it back as a JSON number.
+MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10**MAX_INT_DIGITS  # an int strictly between -_INT_LIMIT and it fits
 
 
 def _utf8(text: str) -> bool:
@@ -80,6 +88,12 @@ def _check(value: Any, path: str, depth: int) -> None:
             )
         return
     if isinstance(value, int):
+        if not -_INT_LIMIT < value < _INT_LIMIT:
+            raise InvalidJsonError(
+                f"{_short(path)}: an integer of more than {MAX_INT_DIGITS} digits is not "
+                f"stored as a JSON number (Python reads back at most {MAX_INT_DIGITS}); "
+                "store it as a string"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -131,7 +145,10 @@ def _valid(value: Any, depth: int) -> bool:
     t = type(value)
     if t is str:
         return value.isascii() or _utf8(value)
-    if t is int or t is bool or value is None:
+    if t is int:
+        fits: bool = -_INT_LIMIT < value < _INT_LIMIT
+        return fits
+    if t is bool or value is None:
         return True
     if t is float:
         return math.isfinite(value)
@@ -147,7 +164,10 @@ def _valid(value: Any, depth: int) -> bool:
             if ti is str:
                 if not (item.isascii() or _utf8(item)):
                     return False
-            elif not (ti is int or ti is bool or item is None or _valid(item, depth + 1)):
+            elif ti is int:
+                if not -_INT_LIMIT < item < _INT_LIMIT:
+                    return False
+            elif not (ti is bool or item is None or _valid(item, depth + 1)):
                 return False
         return True
     if t is list:
@@ -156,7 +176,10 @@ def _valid(value: Any, depth: int) -> bool:
             if ti is str:
                 if not (item.isascii() or _utf8(item)):
                     return False
-            elif not (ti is int or ti is bool or item is None or _valid(item, depth + 1)):
+            elif ti is int:
+                if not -_INT_LIMIT < item < _INT_LIMIT:
+                    return False
+            elif not (ti is bool or item is None or _valid(item, depth + 1)):
                 return False
         return True
     return False
@@ -229,14 +252,22 @@ def loads(text: str) -> JsonValue:
 def _copy(value: Any) -> Any:
     """A deep copy of a value ``_valid`` passed: what ``loads(dumps(value))`` returns
     (new dicts and lists, the same immutable leaves), without the text in between."""
+    # Loops, not comprehensions: a comprehension is a frame of its own in Python 3.11, and
+    # a payload MAX_DEPTH deep must not need twice the stack ``_valid`` needed for it.
     t = type(value)
     if t is dict:
-        return {
-            k: v if (tv := type(v)) is str or tv is int or v is None else _copy(v)
-            for k, v in value.items()
-        }
+        copied: dict[str, Any] = {}
+        for k, v in value.items():
+            tv = type(v)
+            copied[k] = v if tv is str or tv is int or v is None else _copy(v)
+        return copied
     if t is list:
-        return [v if (tv := type(v)) is str or tv is int or v is None else _copy(v) for v in value]
+        items: list[Any] = []
+        append = items.append
+        for v in value:
+            tv = type(v)
+            append(v if tv is str or tv is int or v is None else _copy(v))
+        return items
     return value  # a bool, a float, a str or an int, or None
 
 

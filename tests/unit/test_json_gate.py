@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import sys
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -45,6 +46,8 @@ def _nested(depth: int, leaf: Any = 1) -> Any:
         ({None: "a"}, r"^payload: object key None is of type NoneType"),
         ({(1,): "a"}, r"^payload: object key \(1,\) is of type tuple"),
         (object(), r"^payload: object is not JSON"),
+        pytest.param(10**4300, r"^payload: an integer of more than 4300 digits", id="big-int"),
+        pytest.param(-(10**4300), r"^payload: an integer of more than 4300", id="-big-int"),
     ],
 )
 def test_the_gate_refuses_each_kind_of_non_json_naming_it(bad: object, message: str) -> None:
@@ -60,6 +63,7 @@ def test_the_gate_refuses_each_kind_of_non_json_naming_it(bad: object, message: 
         ([0, [1, {2: 3}]], "payload[1][1]: object key 2"),
         ({"odd key": float("nan")}, "payload['odd key']: nan"),
         ({"ok": {"deeper": b""}}, "payload.ok.deeper: bytes"),
+        ({"n": [1, 10**5000]}, "payload.n[1]: an integer of more than 4300 digits"),
     ],
 )
 def test_the_gate_names_the_path_of_a_nested_bad_value(bad: object, path: str) -> None:
@@ -388,3 +392,53 @@ def test_loads_reads_the_non_finite_numbers_json_loads_reads() -> None:
     got = json_module.loads("[NaN,Infinity,-Infinity,1e400]")
     assert isinstance(got, list)
     assert got[0] != got[0] and got[1:] == [math.inf, -math.inf, math.inf]
+
+
+def test_an_integer_over_the_digit_limit_is_refused_at_the_call_and_its_edge_kept() -> None:
+    # strict_json copies a valid value without encoding it: an int Python could not write
+    # as JSON text (over 4,300 digits) must still be refused where it is passed in, not
+    # later when storage encodes it (which would fault the handle).
+    edge = 10**4300 - 1  # 4,300 digits: stored and read back exactly
+    assert strict_json({"n": edge}) == {"n": edge}
+    assert json_module.loads(dumps([edge, -edge])) == [edge, -edge]
+    assert is_strict_json([edge, -edge, {"n": edge}])
+    json_module._check([edge, -edge, {"n": edge}], "payload", 0)
+    # (Hypothesis cannot draw these: it takes their repr, which is over the limit too.)
+    for bad in (10**4300, [1, -(10**4300)], {"a": {"b": 10**5000}}, [_Color.RED, 10**4300]):
+        with pytest.raises(InvalidJsonError, match="more than 4300 digits"):
+            strict_json(bad)
+        with pytest.raises(InvalidJsonError, match="more than 4300 digits"):
+            json_module._check(bad, "payload", 0)  # the path-naming check agrees
+        assert not is_strict_json(bad)
+
+
+async def test_a_tool_writing_an_integer_over_the_digit_limit_gets_an_error_result() -> None:
+    async def huge_details(args: Any, ctx: ToolContext) -> str:
+        ctx.set_details({"n": 10**5000})
+        return "never"
+
+    tool = Tool("t", "a tool", {"type": "object"}, huge_details)
+    outcome = await tool.run({}, ToolContext(call_id="c1", tool_name="t"))
+    assert outcome.is_error and outcome.text.startswith("InvalidJsonError: "), outcome.text
+    assert "more than 4300 digits" in outcome.text and outcome.details is None
+
+
+def test_copying_a_payload_nested_to_the_limit_needs_no_more_stack_than_checking_it() -> None:
+    # strict_json's copy recurses once a level, as the verdict does: a payload nested
+    # MAX_DEPTH deep is copied from as deep a call stack as it can be checked from.
+    payload = {"a": _nested(MAX_DEPTH - 1)}
+
+    def depth() -> int:
+        frame: Any = sys._getframe()
+        n = 0
+        while frame is not None:
+            frame, n = frame.f_back, n + 1
+        return n
+
+    def at(remaining: int) -> Any:
+        return at(remaining - 1) if remaining else strict_json(payload)
+
+    # Leave room for the 200-level walk and ~40 frames more, no more: a copy that took
+    # two frames a level (a comprehension's own frame in 3.11) runs out of stack here.
+    spare = sys.getrecursionlimit() - depth() - MAX_DEPTH - 40
+    assert at(spare) == payload
