@@ -46,7 +46,8 @@ MAX_DEPTH = 200
 #: to and from decimal text (``sys.get_int_max_str_digits``), so that every pico process
 #: can write it and read it back as a JSON number.
 MAX_INT_DIGITS = 4300
-_INT_LIMIT = 10**MAX_INT_DIGITS  # an int strictly between -_INT_LIMIT and it fits
+_INT_LIMIT = 10**MAX_INT_DIGITS  # an int strictly between _INT_FLOOR and it fits
+_INT_FLOOR = -_INT_LIMIT  # a constant: ``-_INT_LIMIT`` in a check would negate it each time
 
 
 def _utf8(text: str) -> bool:
@@ -88,7 +89,7 @@ def _check(value: Any, path: str, depth: int) -> None:
             )
         return
     if isinstance(value, int):
-        if not -_INT_LIMIT < value < _INT_LIMIT:
+        if not _INT_FLOOR < value < _INT_LIMIT:
             raise InvalidJsonError(
                 f"{_short(path)}: an integer of more than {MAX_INT_DIGITS} digits is not "
                 f"stored as a JSON number (Python reads back at most {MAX_INT_DIGITS}); "
@@ -146,7 +147,7 @@ def _valid(value: Any, depth: int) -> bool:
     if t is str:
         return value.isascii() or _utf8(value)
     if t is int:
-        fits: bool = -_INT_LIMIT < value < _INT_LIMIT
+        fits: bool = _INT_FLOOR < value < _INT_LIMIT
         return fits
     if t is bool or value is None:
         return True
@@ -165,7 +166,7 @@ def _valid(value: Any, depth: int) -> bool:
                 if not (item.isascii() or _utf8(item)):
                     return False
             elif ti is int:
-                if not -_INT_LIMIT < item < _INT_LIMIT:
+                if not _INT_FLOOR < item < _INT_LIMIT:
                     return False
             elif not (ti is bool or item is None or _valid(item, depth + 1)):
                 return False
@@ -177,7 +178,7 @@ def _valid(value: Any, depth: int) -> bool:
                 if not (item.isascii() or _utf8(item)):
                     return False
             elif ti is int:
-                if not -_INT_LIMIT < item < _INT_LIMIT:
+                if not _INT_FLOOR < item < _INT_LIMIT:
                     return False
             elif not (ti is bool or item is None or _valid(item, depth + 1)):
                 return False
