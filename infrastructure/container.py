@@ -15,7 +15,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dependency_injector import containers, providers
 
@@ -31,11 +31,10 @@ from pico.infrastructure.jsonl.snapshots import JsonlSnapshotRecorder
 from pico.infrastructure.jsonl.store import JsonlRecorder, JsonlStore
 from pico.infrastructure.memory import MemoryRecorder, named_database
 from pico.infrastructure.settings import PicoSettings, mask_url, settings_for
-from pico.infrastructure.sql import schema
-from pico.infrastructure.sql.lease import SqlLeaseStore
-from pico.infrastructure.sql.notify import conninfo
-from pico.infrastructure.sql.store import SqlDatabase, SqlReadStore, SqlRecorder
 from pico.infrastructure.storage import EventSourcedStorage
+
+if TYPE_CHECKING:
+    from pico.infrastructure.sql.store import SqlDatabase
 
 __all__ = ["Container", "open_harness", "open_storage"]
 
@@ -60,6 +59,8 @@ def _open_sql(
 ) -> tuple[SqlDatabase, Any]:
     """One engine pair per URL per process and mode, shared by its sessions, closed with
     the last. A read-only database is opened apart (read-only connections, no DDL)."""
+    from pico.infrastructure.sql.store import SqlDatabase
+
     key = (url, durability, read_only)
     db, count = _databases.get(key, (None, 0))
     if db is None:
@@ -122,6 +123,13 @@ def build_storage(settings: PicoSettings) -> Storage:
             snapshots.close()
             raise
         return storage
+    # SQL storage only: SQLAlchemy (and the SQL adapters) load with the first SQL session,
+    # so a process on memory or JSONL storage never imports them (half of `import pico`).
+    from pico.infrastructure.sql import schema
+    from pico.infrastructure.sql.lease import SqlLeaseStore
+    from pico.infrastructure.sql.notify import conninfo
+    from pico.infrastructure.sql.store import SqlReadStore, SqlRecorder
+
     if settings.read_only and url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
         if not path.exists():

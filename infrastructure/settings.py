@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
 from pico.domain.errors import ConfigurationError
 
@@ -45,6 +44,8 @@ def mask_url(url: str) -> str:
     """The URL with any password replaced by ``***`` (for messages and logs)."""
     if "://" not in url or "@" not in url:
         return url
+    from sqlalchemy.engine import make_url  # SQL URLs only: memory and JSONL never load it
+
     try:
         return str(make_url(url).render_as_string(hide_password=True))
     except Exception:  # unparsable: mask everything between the scheme and the host
@@ -94,6 +95,8 @@ def check_storage_url(url: object) -> str:
             )
         return url
     if url.startswith(_PG_SCHEMES):
+        from sqlalchemy.engine import make_url
+
         try:
             parsed = make_url(url)
             parsed.port  # noqa: B018 - parsing the port validates it

@@ -5,12 +5,12 @@ events' own transaction."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, cast
 from uuid import UUID
 
-import sqlalchemy as sa
 from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import AggregateRecorder, EventStore, IntegrityError, StoredEvent
@@ -46,6 +46,13 @@ log = logging.getLogger("pico.storage")
 #: reload replays at most this many events; times the aggregate's ``snapshot_scale`` where
 #: it has one (a conversation's snapshot grows with its context).
 SNAPSHOT_INTERVAL = 200
+
+
+def _pool_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLAlchemy's pool timeout, without importing SQLAlchemy: a
+    process that loaded no SQL storage has none (memory and JSONL never import it)."""
+    sa = sys.modules.get("sqlalchemy")
+    return sa is not None and isinstance(exc, sa.exc.TimeoutError)
 
 
 class SessionRecorder(Protocol):
@@ -119,14 +126,14 @@ class EventSourcedStorage:
             return None
         except PicoError:  # translated by the recorder (damaged page, server gone)
             raise
-        except sa.exc.TimeoutError as exc:  # no connection free in the pool: not damage
-            raise StorageUnavailableError(
-                f"{self.location}: no database connection became free while loading "
-                f"aggregate {aggregate_id} of session {self.session_id!r} ({exc}); nothing "
-                "was changed. Hold fewer sessions open in this process, or raise the "
-                "server's max_connections"
-            ) from exc
         except Exception as exc:
+            if _pool_timeout(exc):  # no connection free in the pool: not damage
+                raise StorageUnavailableError(
+                    f"{self.location}: no database connection became free while loading "
+                    f"aggregate {aggregate_id} of session {self.session_id!r} ({exc}); "
+                    "nothing was changed. Hold fewer sessions open in this process, or "
+                    "raise the server's max_connections"
+                ) from exc
             raise StorageCorruptError(
                 f"{self.location}: aggregate {aggregate_id} of session {self.session_id!r} "
                 f"could not be reconstructed from its stored events ({_reason(exc)}); nothing "

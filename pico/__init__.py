@@ -6,6 +6,9 @@ storage adapters so ``await Harness.open("sqlite:///agent.db")`` works out of th
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pico._version import package_version
 from pico.application.audit import AuditEntry, audit_records
 from pico.application.chain import ChainBreak, ChainReport
@@ -147,16 +150,67 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
-from pico.infrastructure.container import Container, open_storage
 from pico.infrastructure.host import PosixProcessHost
-from pico.infrastructure.migrate import MigrationReport, migrate
-from pico.infrastructure.replay import RebuildReport, ReplayReport, TableDiff, rebuild, replay
 from pico.infrastructure.settings import PicoSettings
-from pico.infrastructure.sql.work import Inbox, Submitted, open_worker
-from pico.infrastructure.tamper import verify
-from pico.infrastructure.verify import CheckReport, Finding, RowDiff, check
 
-set_storage_opener(open_storage)
+if TYPE_CHECKING:
+    from pico.infrastructure.container import Container
+    from pico.infrastructure.migrate import MigrationReport, migrate
+    from pico.infrastructure.replay import (
+        RebuildReport,
+        ReplayReport,
+        TableDiff,
+        rebuild,
+        replay,
+    )
+    from pico.infrastructure.sql.work import Inbox, Submitted, open_worker
+    from pico.infrastructure.tamper import verify
+    from pico.infrastructure.verify import CheckReport, Finding, RowDiff, check
+
+#: Names imported when first used (PEP 562), each from its module: the container and the
+#: auditors', migrators' and workers' tools, which import SQLAlchemy. A process on memory or JSONL storage never loads SQLAlchemy, and
+#: `import pico` takes half the time (docs/benchmarks.md, thirteenth pass).
+_LAZY = {
+    "Container": "pico.infrastructure.container",
+    "MigrationReport": "pico.infrastructure.migrate",
+    "migrate": "pico.infrastructure.migrate",
+    "RebuildReport": "pico.infrastructure.replay",
+    "ReplayReport": "pico.infrastructure.replay",
+    "TableDiff": "pico.infrastructure.replay",
+    "rebuild": "pico.infrastructure.replay",
+    "replay": "pico.infrastructure.replay",
+    "Inbox": "pico.infrastructure.sql.work",
+    "Submitted": "pico.infrastructure.sql.work",
+    "open_worker": "pico.infrastructure.sql.work",
+    "verify": "pico.infrastructure.tamper",
+    "CheckReport": "pico.infrastructure.verify",
+    "Finding": "pico.infrastructure.verify",
+    "RowDiff": "pico.infrastructure.verify",
+    "check": "pico.infrastructure.verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pico' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later reads find it as a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+def _open_storage(url: str, *, session: str, durability: str | None, read_only: bool) -> Storage:
+    """``Harness.open(url)``'s opener: the container's, imported with the first open."""
+    from pico.infrastructure.container import open_storage as opener
+
+    return opener(url, session=session, durability=durability, read_only=read_only)
+
+
+set_storage_opener(_open_storage)
 set_host_factory(PosixProcessHost)
 
 #: The installed version (pyproject.toml's ``version``, read from the package metadata).
