@@ -15,6 +15,7 @@ import sqlalchemy as sa
 import pico
 from pico.infrastructure.container import build_storage
 from pico.infrastructure.settings import settings_for
+from pico.infrastructure.storage import EventSourcedStorage
 
 #: A session on each storage that needs no SQL: a faux turn with a tool call, its
 #: transcript read back; then what a process has imported.
@@ -74,6 +75,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def _failing_load(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> Exception:
     storage = build_storage(settings_for(f"memory://{uuid.uuid4()}", session="s"))
+    assert isinstance(storage, EventSourcedStorage)
 
     def select_events(*args: object, **kwargs: object) -> list[object]:
         raise exc
