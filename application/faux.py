@@ -13,7 +13,8 @@ spending tokens (and so do our tests).
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -22,6 +23,7 @@ from pico.application.model import (
     Deferred,
     Done,
     Message,
+    Messages,
     Part,
     ProviderError,
     Request,
@@ -70,6 +72,11 @@ ScriptItem: TypeAlias = (
 )
 
 
+#: Settled lists whose cumulative sizes the faux provider keeps (one a conversation it
+#: serves; the projection keeps 64 conversations' too).
+_SETTLED_LISTS = 64
+
+
 def _chars(parts: Iterable[Part]) -> int:
     total = 0
     for p in parts:
@@ -116,40 +123,31 @@ class FauxProvider:
         self.polls = []
         self._pending = {}
         self._ids = itertools.count(1)
-        # Sizes by message object: projection reuses message objects across requests, so
-        # the usage estimate stays O(new messages) per request.
-        self._sizes: dict[int, tuple[Message, int]] = {}
-        self._prev: tuple[Sequence[Message], list[int]] = ((), [0])
+        # Cumulative sizes of each settled list a request shared (``Messages.settled``:
+        # only ever appended to), by the list's identity, the most recent few: the usage
+        # estimate measures only messages it has not measured (O(new messages) a request,
+        # for every conversation the provider serves).
+        self._settled: OrderedDict[int, tuple[list[Message], list[int]]] = OrderedDict()
 
     def _prompt_chars(self, request: Request) -> int:
-        """Characters of the request's messages. Consecutive requests share a prefix of the
-        same message objects, so only messages after it are measured again."""
+        """Characters of the request's messages: its settled messages' from their
+        cumulative sizes (measured once), the rest measured now. A request that is not a
+        ``Messages`` (a caller's own tuple) is measured whole."""
         messages = request.messages
-        prev, cumulative = self._prev
-        limit = min(len(prev), len(messages))
-        # Binary search: projection keeps a stable prefix of the same objects, then new ones.
-        lo, hi = 0, limit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if messages[mid - 1] is prev[mid - 1]:
-                lo = mid
-            else:
-                hi = mid - 1
-        shared = lo
-        sums = cumulative  # truncated in place: O(new messages), not O(context)
-        del sums[shared + 1 :]
-        for message in messages[shared:]:
-            sums.append(sums[-1] + self._size(message))
-        self._prev = (messages, sums)
-        return sums[-1]
-
-    def _size(self, message: Message) -> int:
-        known = self._sizes.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        size = _chars(message.parts)
-        self._sizes[id(message)] = (message, size)
-        return size
+        if not isinstance(messages, Messages):
+            return _chars(p for m in messages for p in m.parts)
+        settled, count = messages.settled
+        known = self._settled.get(id(settled))
+        if known is None or known[0] is not settled:
+            known = (settled, [0])
+            self._settled[id(settled)] = known
+            while len(self._settled) > _SETTLED_LISTS:
+                self._settled.popitem(last=False)
+        self._settled.move_to_end(id(settled))
+        sums = known[1]
+        for message in settled[len(sums) - 1 : count]:
+            sums.append(sums[-1] + _chars(message.parts))
+        return sums[count] + _chars(p for m in messages.tail for p in m.parts)
 
     def _next(self, request: Request) -> FauxResponse | FauxDeferred | FauxFailure:
         if not self.script:

@@ -137,6 +137,17 @@ class Messages(Sequence[Message]):
     def __len__(self) -> int:
         return self._count + len(self._tail)
 
+    @property
+    def settled(self) -> tuple[list[Message], int]:
+        """The settled list this request shares with the conversation's other requests
+        (only ever appended to) and how many of its first messages the request holds;
+        ``tail`` follows them. A provider may cache what it derives per settled message."""
+        return self._settled, self._count
+
+    @property
+    def tail(self) -> tuple[Message, ...]:
+        return self._tail
+
     @overload
     def __getitem__(self, index: int) -> Message: ...
     @overload

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pico
 from pico import FauxDeferred, FauxFailure, FauxProvider, FauxResponse, Message, Request, TextPart
-from pico.application.model import Done, StreamEvent, TextDelta, ThinkingDelta
+from pico.application.model import Done, Messages, StreamEvent, TextDelta, ThinkingDelta
 
 
 def _request(text: str = "hello there") -> Request:
@@ -122,3 +125,51 @@ async def test_streaming_cadence_follows_the_clock() -> None:
 def test_a_cadence_without_a_clock_is_refused() -> None:
     with pytest.raises(ValueError, match="clock"):
         FauxProvider(["x"], cadence=0.5)
+
+
+# Requests as the projection makes them: ``Messages`` over a conversation's settled list
+# (only ever appended to; a replacement starts a new list that keeps the other messages'
+# objects), with a few messages after it; two conversations served by one provider in
+# turn; now and then a caller's plain tuple. Texts are whole tokens (four characters
+# each), so the usage estimate is exactly a quarter of the characters.
+_step = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 3), st.integers(0, 6)),
+    st.tuples(st.just("replace"), st.integers(0, 40), st.integers(0, 6)),
+    st.tuples(st.just("switch"), st.just(0), st.just(0)),
+    st.tuples(st.just("tuple"), st.just(0), st.just(0)),
+    st.tuples(st.just("older"), st.integers(0, 40), st.just(0)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_step, min_size=1, max_size=16), st.lists(st.integers(0, 5), min_size=16))
+def test_the_usage_estimate_counts_every_message_of_each_request(
+    steps: list[tuple[str, int, int]], tails: list[int]
+) -> None:
+    provider = FauxProvider(["ok"] * len(steps))
+    settled: list[list[Message]] = [[], []]
+    current = 0
+    for (op, a, b), tail_size in zip(steps, tails, strict=False):
+        count = len(settled[current])
+        if op == "append":
+            settled[current] += [Message("user", (TextPart("word" * b),)) for _ in range(a)]
+            count = len(settled[current])
+        elif op == "replace" and settled[current]:
+            fresh = list(settled[current])
+            fresh[a % len(fresh)] = Message("user", (TextPart("text" * b),))
+            settled[current] = fresh
+        elif op == "switch":
+            current = 1 - current
+            count = len(settled[current])
+        elif op == "older":  # a request holding fewer settled messages than measured
+            count = a % (count + 1)
+        tail = tuple(Message("assistant", (TextPart("tail" * tail_size),)) for _ in range(2))
+        messages: Sequence[Message] = Messages(settled[current], count, tail)
+        if op == "tuple":
+            messages = tuple(messages)
+        events = asyncio.run(_collect(provider, Request(model="faux", messages=messages)))
+        done = events[-1]
+        assert isinstance(done, Done) and isinstance(done.outcome, pico.Response)
+        assert done.outcome.usage is not None
+        chars = sum(len(m.text) for m in messages)
+        assert done.outcome.usage.input_tokens == chars // 4
