@@ -137,8 +137,8 @@ class FauxProvider:
         if not isinstance(messages, Messages):
             return _chars(p for m in messages for p in m.parts)
         settled, count = messages.settled
-        known = self._settled.get(id(settled))
-        if known is None or known[0] is not settled:
+        known = self._settled.get(id(settled))  # held while kept: an id not reused
+        if known is None:
             known = (settled, [0])
             self._settled[id(settled)] = known
             while len(self._settled) > _SETTLED_LISTS:

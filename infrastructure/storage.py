@@ -51,8 +51,8 @@ SNAPSHOT_INTERVAL = 200
 def _pool_timeout(exc: BaseException) -> bool:
     """Whether ``exc`` is SQLAlchemy's pool timeout, without importing SQLAlchemy: a
     process that loaded no SQL storage has none (memory and JSONL never import it)."""
-    sa = sys.modules.get("sqlalchemy")
-    return sa is not None and isinstance(exc, sa.exc.TimeoutError)
+    errors = sys.modules.get("sqlalchemy.exc")
+    return errors is not None and isinstance(exc, getattr(errors, "TimeoutError", ()))
 
 
 class SessionRecorder(Protocol):

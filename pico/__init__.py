@@ -191,17 +191,20 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pico' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later reads find it as a plain global
-    return value
+# Hidden from type checkers: a module ``__getattr__`` would type every misspelled
+# ``pico.X`` as Any; they see the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
 
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'pico' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # once: later reads find it as a plain global
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
 
 
 def _open_storage(url: str, *, session: str, durability: str | None, read_only: bool) -> Storage:
