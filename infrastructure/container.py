@@ -124,7 +124,7 @@ def build_storage(settings: PicoSettings) -> Storage:
             raise
         return storage
     # SQL storage only: SQLAlchemy (and the SQL adapters) load with the first SQL session,
-    # so a process on memory or JSONL storage never imports them (half of `import pico`).
+    # so a service on memory or JSONL storage does not import them (half of `import pico`).
     from pico.infrastructure.sql import schema
     from pico.infrastructure.sql.lease import SqlLeaseStore
     from pico.infrastructure.sql.notify import conninfo

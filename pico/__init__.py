@@ -168,8 +168,8 @@ if TYPE_CHECKING:
     from pico.infrastructure.verify import CheckReport, Finding, RowDiff, check
 
 #: Names imported when first used (PEP 562), each from its module: the container and the
-#: auditors', migrators' and workers' tools, which import SQLAlchemy. A process on memory
-#: or JSONL storage never loads SQLAlchemy, and `import pico` takes half the time
+#: auditors', migrators' and workers' tools, which import SQLAlchemy. A service on memory
+#: or JSONL storage does not load SQLAlchemy, and `import pico` takes half the time
 #: (docs/benchmarks.md, thirteenth pass).
 _LAZY = {
     "Container": "pico.infrastructure.container",
