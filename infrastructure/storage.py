@@ -5,7 +5,6 @@ events' own transaction."""
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, cast
@@ -22,7 +21,6 @@ from pico.domain.errors import (
     PicoError,
     StaleWriterError,
     StorageCorruptError,
-    StorageUnavailableError,
 )
 from pico.domain.session import BOUNDARIES
 from pico.domain.state import StateWrite
@@ -46,13 +44,6 @@ log = logging.getLogger("pico.storage")
 #: reload replays at most this many events; times the aggregate's ``snapshot_scale`` where
 #: it has one (a conversation's snapshot grows with its context).
 SNAPSHOT_INTERVAL = 200
-
-
-def _pool_timeout(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLAlchemy's pool timeout, without importing SQLAlchemy: a
-    process that loaded no SQL storage has none (memory and JSONL never import it)."""
-    errors = sys.modules.get("sqlalchemy.exc")
-    return errors is not None and isinstance(exc, getattr(errors, "TimeoutError", ()))
 
 
 class SessionRecorder(Protocol):
@@ -124,16 +115,9 @@ class EventSourcedStorage:
             aggregate: Any = self.repository.get(aggregate_id, projector_func=project)
         except AggregateNotFoundError:
             return None
-        except PicoError:  # translated by the recorder (damaged page, server gone)
-            raise
+        except PicoError:  # translated by the recorder (damaged page, server gone, no
+            raise  # connection free in the pool: sql/store.py translate_error)
         except Exception as exc:
-            if _pool_timeout(exc):  # no connection free in the pool: not damage
-                raise StorageUnavailableError(
-                    f"{self.location}: no database connection became free while loading "
-                    f"aggregate {aggregate_id} of session {self.session_id!r} ({exc}); "
-                    "nothing was changed. Hold fewer sessions open in this process, or "
-                    "raise the server's max_connections"
-                ) from exc
             raise StorageCorruptError(
                 f"{self.location}: aggregate {aggregate_id} of session {self.session_id!r} "
                 f"could not be reconstructed from its stored events ({_reason(exc)}); nothing "

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import pico
+from pico.domain.ids import session_uuid
 from tests.backends import require_postgres
 
 
@@ -65,6 +66,10 @@ async def test_past_the_pool_limit_a_command_fails_clearly_and_a_freed_connectio
     message = str(caught.value)
     assert "every connection of this process's pool is in use" in message, message
     assert "PICO_PG_POOL_MAX_SIZE" in message and name in message  # which database, what to do
+    # Check: a reload meeting the exhausted pool is the same unavailability, not damage
+    # (the adapter translates the pool's timeout; storage passes pico's errors through).
+    with pytest.raises(pico.StorageUnavailableError, match="every connection of this process"):
+        a._line.storage.load(session_uuid(f"{name}-a"))
     # Check: once a connection is free again the handle serves, and b opens beside a.
     db.idle.give(held.pop())
     await ca.append("user", "a still writes")
