@@ -293,7 +293,8 @@ class CommandLine:
                         # Every read of the builder sees one committed snapshot (§7.3).
                         with self.storage.snapshot():
                             result = build(WorkingCommand(tx) if working is not None else tx)
-                            if inspect.isawaitable(result):
+                            # Most builders return None: no awaitable check (~0.2 us).
+                            if result is not None and inspect.isawaitable(result):
                                 result = await result
                     except BaseException:
                         self._discard(tx)

@@ -40,7 +40,10 @@ class MemoryDatabase:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.streams: dict[UUID, list[Kept]] = {}
+        #: Keyed by the stream id's int: a UUID hashes in Python (``UUID.__hash__``), an
+        #: int in C, and every saved event is looked up twice (its version check and its
+        #: append): ~150 Python calls an agent turn.
+        self.streams: dict[int, list[Kept]] = {}
         self.snapshots: dict[UUID, list[StoredEvent]] = {}
         self.log: dict[str, list[Kept]] = {}
         self.read_stores: dict[str, MemoryReadStore] = {}
@@ -65,18 +68,21 @@ class MemoryDatabase:
         streams = self.streams
         log = self.log.setdefault(session_id, [])
         for e in stored_events:
-            oid = stream_uuid(e.originator_id)
-            stream = streams.get(oid)
+            oid = e.originator_id
+            if type(oid) is not UUID:
+                oid = stream_uuid(oid)
+            number = oid.int
+            stream = streams.get(number)
             if stream is None:
-                stream = streams[oid] = []
-                self._ids[oid.int] = oid
-            kept = (oid.int, e.originator_version, e.topic, e.state)
+                stream = streams[number] = []
+                self._ids[number] = oid
+            kept = (number, e.originator_version, e.topic, e.state)
             stream.append(kept)
             log.append(kept)
 
     def last_version(self, oid: UUID) -> int | None:
         """The newest version of a stream (None: no event)."""
-        stream = self.streams.get(oid)
+        stream = self.streams.get(oid.int)
         return stream[-1][1] if stream else None
 
     def session_log(
@@ -160,18 +166,22 @@ class MemoryRecorder(AggregateRecorder):
         before anything is applied. Call under the database lock."""
         if not self.is_events:
             return
-        pending: dict[UUID, int] = {}
+        pending: dict[int, int] = {}
+        streams = self.db.streams
         for e in stored_events:
-            oid = stream_uuid(e.originator_id)
-            last = pending.get(oid)
+            oid = e.originator_id
+            if type(oid) is not UUID:
+                oid = stream_uuid(oid)
+            number = oid.int
+            last = pending.get(number)
             if last is None:
                 # A new stream accepts any first version (the library's recorders take
                 # version 0 too); after that versions must increase.
-                stored = self.db.last_version(oid)
-                last = -1 if stored is None else stored
+                stream = streams.get(number)
+                last = stream[-1][1] if stream else -1
             if e.originator_version <= last:
                 raise IntegrityError(f"stream {oid} already has version {e.originator_version}")
-            pending[oid] = e.originator_version
+            pending[number] = e.originator_version
 
     def publish(
         self, stored_events: Sequence[StoredEvent], session_id: str, ops: Sequence[RowOp]
@@ -207,7 +217,7 @@ class MemoryRecorder(AggregateRecorder):
         oid = stream_uuid(originator_id)
         with self.db.lock:
             if self.is_events:
-                kept = self.db.streams.get(oid, [])
+                kept = self.db.streams.get(oid.int, [])
                 start, end = _window(kept, _kept_version, gt, lte, desc, limit)
                 out = [stored_event(oid, v, topic, state) for _, v, topic, state in kept[start:end]]
             else:

@@ -388,8 +388,12 @@ def _reason(exc: BaseException) -> str:
 
 
 def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
-    interval = SNAPSHOT_INTERVAL * int(getattr(aggregate, "snapshot_scale", 1))
     version = aggregate.version
+    if not new_events or version // SNAPSHOT_INTERVAL == (version - new_events) // SNAPSHOT_INTERVAL:
+        # No multiple of the interval crossed, so none of a multiple of it (most saves:
+        # the aggregate's scale, a conversation's context length, is not read).
+        return False
+    interval = SNAPSHOT_INTERVAL * int(getattr(aggregate, "snapshot_scale", 1))
     return bool(new_events) and version // interval != (version - new_events) // interval
 
 
