@@ -180,7 +180,7 @@ def trigger_event(self: Any, event_class: Any, **kwargs: Any) -> None:
     )
     event = object.__new__(event_class)
     body = {"originator_id": originator_id, "originator_version": version, "timestamp": stamp}
-    given, order = _names(event_class)
+    given, order = _NAMES.get(event_class) or _names(event_class)
     if tuple(kwargs) == order:  # every field given in the field order (most calls)
         body.update(kwargs)
     elif kwargs.keys() == given:  # every field given (the aggregates' own calls): no defaults

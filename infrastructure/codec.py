@@ -21,7 +21,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,7 @@ _RECORD_FIELDS = frozenset({"originator_id", "originator_version"})
 
 
 _new = object.__new__
+_UNKNOWN = object()  # a class the mapper has not classified yet
 
 
 def stored_event(
@@ -70,7 +71,7 @@ class EventSchemaError(ValueError):
     """A stored body that does not match its event type's fields (names and JSON types)."""
 
 
-def make_mapper() -> Mapper[UUID]:
+def make_mapper() -> _PlainEventMapper:
     transcoder = JSONTranscoder()
     transcoder.register(UUIDAsHex())
     transcoder.register(DatetimeAsISO())
@@ -92,44 +93,63 @@ class _PlainEventMapper(Mapper[UUID]):
     def __init__(self, transcoder: JSONTranscoder) -> None:
         super().__init__(transcoder=transcoder)
         # class -> (topic, class version), None: not plain
-        self._plain: dict[type, tuple[str, int] | None] = {}
+        self._plain: dict[type, Any] = {}
         self._plain_classes: dict[str, Any] = {}  # topic -> plain class, None: not plain
         self._last_stamp: tuple[datetime | None, dict[str, str]] = (None, {})
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        cls = type(domain_event)
-        try:
-            plain = self._plain[cls]
-        except KeyError:
-            topic = _plain_topic(cls)
-            plain = self._plain[cls] = (
-                None if topic is None else (topic, getattr(cls, "class_version", 1))
-            )
-        if plain is None:
-            return super().to_stored_event(domain_event)
-        topic, version = plain
-        state = dict(vars(domain_event))
-        originator_id = state.pop("originator_id")
-        originator_version = state.pop("originator_version")
-        stamp = state.get("timestamp")
-        if type(stamp) is datetime:
-            # A command's events share one timestamp object (domain/trigger.py): its
-            # transcoded form is made once and shared by their states, which only the
-            # encoder below reads. One tuple, replaced whole: threads may share the mapper.
-            last = self._last_stamp
-            if last[0] is not stamp:
-                last = self._last_stamp = (
-                    stamp,
-                    {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()},
+        return self.to_stored_events((domain_event,))[0]
+
+    def to_stored_events(self, domain_events: Sequence[Any]) -> list[StoredEvent]:
+        """``to_stored_event`` of each event, in one call: a command's events are encoded
+        together, and the loop and each stored event's construction (``stored_event``)
+        are inline, not a call an event."""
+        plain_of = self._plain
+        out: list[StoredEvent] = []
+        append = out.append
+        for domain_event in domain_events:
+            cls = type(domain_event)
+            plain = plain_of.get(cls, _UNKNOWN)
+            if plain is _UNKNOWN:
+                topic = _plain_topic(cls)
+                plain = plain_of[cls] = (
+                    None if topic is None else (topic, getattr(cls, "class_version", 1))
                 )
-            state["timestamp"] = last[1]
-        if version > 1:  # where the library's mapper writes it: last
-            state["class_version"] = version
-        try:
-            data = pydantic_core.to_json(state)
-        except Exception:  # e.g. a lone surrogate: the transcoder decides (and explains)
-            return super().to_stored_event(domain_event)
-        return stored_event(originator_id, originator_version, topic, data)
+            if plain is None:
+                append(super().to_stored_event(domain_event))
+                continue
+            topic, version = plain
+            state = dict(vars(domain_event))
+            originator_id = state.pop("originator_id")
+            originator_version = state.pop("originator_version")
+            stamp = state.get("timestamp")
+            if type(stamp) is datetime:
+                # A command's events share one timestamp object (domain/trigger.py): its
+                # transcoded form is made once and shared by their states, which only the
+                # encoder below reads. One tuple, replaced whole: threads may share the
+                # mapper.
+                last = self._last_stamp
+                if last[0] is not stamp:
+                    last = self._last_stamp = (
+                        stamp,
+                        {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()},
+                    )
+                state["timestamp"] = last[1]
+            if version > 1:  # where the library's mapper writes it: last
+                state["class_version"] = version
+            try:
+                data = pydantic_core.to_json(state)
+            except Exception:  # e.g. a lone surrogate: the transcoder decides (and explains)
+                append(super().to_stored_event(domain_event))
+                continue
+            stored = _new(StoredEvent)  # as ``stored_event`` makes it
+            fields = stored.__dict__
+            fields["originator_id"] = originator_id
+            fields["originator_version"] = originator_version
+            fields["topic"] = topic
+            fields["state"] = data
+            append(stored)
+        return out
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         """The library's decoding, faster for plain classes: pydantic-core parses the body

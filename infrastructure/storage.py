@@ -220,7 +220,9 @@ class EventSourcedStorage:
         events: list[Any] = []
         counts: list[tuple[Aggregate, int]] = []
         for aggregate in aggregates:
-            pending = aggregate.collect_events()
+            # The library's collect_events pops them one by one: the list is taken whole.
+            pending = aggregate._pending_events
+            aggregate._pending_events = []
             events.extend(pending)
             counts.append((aggregate, len(pending)))
         ops = project(events)
@@ -231,7 +233,7 @@ class EventSourcedStorage:
         boundary = events[-1] if events and isinstance(events[-1], BATCH_END) else None
         if boundary is not None:
             object.__setattr__(boundary, "link", PLACEHOLDER)
-        stored = [self.mapper.to_stored_event(e) for e in events]
+        stored = self.mapper.to_stored_events(events)
         link = ""
         if boundary is not None:
             session = counts[-1][0]
@@ -389,7 +391,10 @@ def _reason(exc: BaseException) -> str:
 
 def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
     version = aggregate.version
-    if not new_events or version // SNAPSHOT_INTERVAL == (version - new_events) // SNAPSHOT_INTERVAL:
+    if (
+        not new_events
+        or version // SNAPSHOT_INTERVAL == (version - new_events) // SNAPSHOT_INTERVAL
+    ):
         # No multiple of the interval crossed, so none of a multiple of it (most saves:
         # the aggregate's scale, a conversation's context length, is not read).
         return False

@@ -231,24 +231,28 @@ RowOp: TypeAlias = (
 # Row ops are named tuples: ~4 per command, and a frozen dataclass's __init__ costs ~8x.
 
 
-def _order(event: Any) -> int:
-    # Mutations apply in sequence order, whichever aggregate emitted them; session
-    # bookkeeping (no seq) goes last, after the mutations of its commit.
-    seq = getattr(event, "seq", None)
-    if isinstance(event, Task.Created):
-        seq = event.task_id  # a creation's seq is the new object's id
-    return seq if isinstance(seq, int) else 1 << 62
+_LAST = 1 << 62
 
 
 def project(events: Iterable[Any]) -> list[RowOp]:
     """Project one atomic batch of events (any aggregate order) to row ops."""
-    ordered: Sequence[Any] = sorted(events, key=_order)
+    # Mutations apply in sequence order, whichever aggregate emitted them; session
+    # bookkeeping (no seq) goes last, after the mutations of its commit. Sorted as
+    # (order, index, event): no key function called back from the sort for each event.
+    keyed: list[tuple[int, int, Any]] = []
     commit_end = 0
-    for e in ordered:
-        if isinstance(e, Session.Committed):
-            commit_end = e.last
+    for i, e in enumerate(events):
+        seq: Any
+        if isinstance(e, Task.Created):
+            seq = e.task_id  # a creation's seq is the new object's id
+        else:
+            seq = getattr(e, "seq", None)
+            if isinstance(e, Session.Committed):
+                commit_end = e.last  # the batch's boundary (the last, in sorted order)
+        keyed.append((seq if isinstance(seq, int) else _LAST, i, e))
+    keyed.sort()
     ops: list[RowOp] = []
-    for e in ordered:
+    for _, _, e in keyed:
         # Most frequent first: every command commits, most patch or create a task.
         if isinstance(e, Session.Committed):
             ops.append(PutCommit(e.first, e.last, e.scope))
