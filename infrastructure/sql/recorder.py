@@ -414,8 +414,21 @@ class SqlRecorder(AggregateRecorder):
         self._writer.close()
 
 
+#: Stream ids as the tables spell them (32 hex digits), by the id's int: ``UUID.hex`` is
+#: a Python property, and a session's batches keep naming a few streams. Bounded: past
+#: ``_KNOWN_LIMIT`` it starts over.
+_HEX: dict[int, str] = {}
+
+
 def _hex(value: UUID | str) -> str:
-    return value.hex if isinstance(value, UUID) else UUID(value).hex
+    uid = value if isinstance(value, UUID) else UUID(value)
+    number = uid.int
+    found = _HEX.get(number)
+    if found is None:
+        if len(_HEX) >= _KNOWN_LIMIT:
+            _HEX.clear()
+        found = _HEX[number] = f"{number:032x}"
+    return found
 
 
 # The stream and the topic by number (schema.event_log): each a unique-index probe of a
@@ -572,7 +585,9 @@ class SqlProjectionWriter:
         lasts: dict[tuple[str, int], int | None] | None = None,
     ) -> None:
         self.cur = cur
-        self.q = sql
+        # SQLite's statements are ours as written: ``str`` hands each back unchanged, a C
+        # call (not the writer's ``sql``, a Python call a statement).
+        self.q: Callable[[str], str] = str if dialect == "sqlite" else sql
         self.sid = session_id
         self.dialect = dialect
         # The writer's known last context positions (``SqlRecorder._lasts``), updated by

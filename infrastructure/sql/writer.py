@@ -39,6 +39,9 @@ class RawWriter:
     def __init__(self, db: SqlDatabase) -> None:
         self.db = db
         self._fairy: Any = None
+        # The fairy's DBAPI connection, read once a checkout: ``driver_connection`` is
+        # three Python calls through SQLAlchemy's pool, and a turn asks ~50 times.
+        self._conn: Any = None
         self.sqlite = db.dialect == "sqlite"
         self._integrity: type[Exception] = db.writer.dialect.loaded_dbapi.IntegrityError
         self.thread: int | None = None
@@ -72,14 +75,17 @@ class RawWriter:
         is the writer's own for its lifetime; PostgreSQL's is lent by the process's idle
         connections (in autocommit: transactions are ours to open, ``_BEGIN``) and given
         back when the transaction, batch or claim holding it ends (``_release``)."""
-        if self._fairy is None:
-            with self.db.translating("connecting to write"):
-                if self.db.idle is not None:
-                    self._fairy = self.db.idle.take()
-                else:
-                    self._fairy = self.db.writer.raw_connection()
-            self.thread = threading.get_ident()
-        return self._fairy.driver_connection
+        conn = self._conn
+        if conn is not None:
+            return conn
+        with self.db.translating("connecting to write"):
+            if self.db.idle is not None:
+                self._fairy = self.db.idle.take()
+            else:
+                self._fairy = self.db.writer.raw_connection()
+        self.thread = threading.get_ident()
+        conn = self._conn = self._fairy.driver_connection
+        return conn
 
     def change_token(self) -> tuple[bool, int, int]:
         """SQLite: a value that moves whenever the session's rows may have changed other
@@ -119,7 +125,7 @@ class RawWriter:
         other sessions (``IdleConnections``); a deferred batch or a claim's lock keeps it."""
         if self.pending or self.held or self._fairy is None or self.db.idle is None:
             return
-        fairy, self._fairy = self._fairy, None
+        fairy, self._fairy, self._conn = self._fairy, None, None
         self.db.idle.give(fairy)
 
     def idle_connection(self) -> Any | None:
@@ -128,9 +134,9 @@ class RawWriter:
         None. SQLite empties a connection's page cache whenever another connection has
         written, so the reader connections start every snapshot cold after each commit;
         the writer's own cache stays warm across its commits."""
-        if self._fairy is None or self.thread != threading.get_ident():
+        conn = self._conn
+        if conn is None or self.thread != threading.get_ident():
             return None
-        conn = self._fairy.driver_connection
         if not self.sqlite:
             # PostgreSQL: only inside the batch. Between transactions the reader's
             # connections serve (a REPEATABLE READ snapshot each) and the writer's stays idle.
@@ -144,9 +150,8 @@ class RawWriter:
         later write refuses and the session faults at its next command or flush."""
         self.lost = exc
         self._end_batch()
-        if self._fairy is not None:
-            conn = self._fairy.driver_connection
-            self._rollback(conn, None)
+        if self._conn is not None:
+            self._rollback(self._conn, None)
             self._release()
 
     @contextmanager
@@ -282,7 +287,7 @@ class RawWriter:
         self.lost = RuntimeError(f"the handle faulted with the batch open: {reason}")
         if self.sqlite and self._fairy is not None and self.thread == threading.get_ident():
             try:
-                self._fairy.driver_connection.execute("ROLLBACK")
+                self._conn.execute("ROLLBACK")
                 return
             except Exception:
                 pass  # the connection is gone: dropping it rolls back too
@@ -333,7 +338,7 @@ class RawWriter:
     def close(self) -> None:
         self._end_batch()  # an unflushed batch is rolled back with its connection
         if self._fairy is not None:
-            fairy, self._fairy = self._fairy, None
+            fairy, self._fairy, self._conn = self._fairy, None, None
             try:
                 fairy.close()
             except Exception:
