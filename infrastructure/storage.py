@@ -254,7 +254,15 @@ class EventSourcedStorage:
         self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
-        due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
+        # Most saves cross no multiple of the interval: told here without a call an
+        # aggregate (``_snapshot_due`` decides the rest).
+        due = [
+            (a, n)
+            for a, n in counts
+            if n
+            and a._version // SNAPSHOT_INTERVAL != (a._version - n) // SNAPSHOT_INTERVAL
+            and _snapshot_due(a, n)
+        ]
         if due and defer:
             # A snapshot is written on its own connection, after the batch it covers:
             # commit the batch here, where a failure reaches the caller (it is uncertain).
