@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from eventsourcing.domain import Aggregate
+from opentelemetry.trace import INVALID_SPAN
 
 from pico.application.command import Command, WorkingCommand
 from pico.application.ports import Storage
@@ -305,7 +306,9 @@ class CommandLine:
                     if tx.first is None or tx.last is None:
                         return result  # no mutations: nothing is committed
                     self._persist(
-                        tx, defer=defer or group, span=span if span.is_recording() else None
+                        tx,
+                        defer=defer or group,
+                        span=None if span is INVALID_SPAN or not span.is_recording() else span,
                     )
                     mine = self._deferred
                 finally:

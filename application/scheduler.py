@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from opentelemetry.trace import INVALID_SPAN
+
 from pico.application.clock import Clock
 from pico.application.command import Command
 from pico.application.ports import ReadPort
@@ -565,7 +567,7 @@ class Scheduler:
         with telemetry.task(task, claim.mode) as span:
             before = self.error
             await self._execute(task, claim)
-            if span.is_recording():
+            if span is not INVALID_SPAN and span.is_recording():
                 failed = self.error if self.error is not before else None
                 telemetry.ended(span, self._status(task.id), failed)
 

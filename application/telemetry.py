@@ -82,7 +82,15 @@ class Telemetry:
         """No SDK installed behind the API's default tracer: every span would be the
         invalid, non-recording one, so none is asked for (a few per cent of a small
         command's CPU, issue 16; nine executions, requests and tool calls a turn)."""
-        return self._default and isinstance(getattr(self.tracer, "_tracer", None), trace.NoOpTracer)
+        if not self._default:
+            return False
+        tracer = self.tracer
+        # The proxy forwards to the no-op tracer while it has no real one and no provider
+        # is set (what its ``_tracer`` property decides), told here without calling it:
+        # ~20 checks a turn, each a Python call from the attribute lookup.
+        if getattr(tracer, "_real_tracer", True) is None and trace._TRACER_PROVIDER is None:
+            return True
+        return isinstance(getattr(tracer, "_tracer", None), trace.NoOpTracer)
 
     def _scope(self, span: Span, *, errors: bool = True) -> AbstractContextManager[Span]:
         """Make ``span`` current until the block ends, then end it. Without an SDK the API
@@ -176,7 +184,7 @@ class Telemetry:
     @staticmethod
     def responded(span: Span, outcome: Response | Deferred | None) -> None:
         """What a request returned: the stop reason and usage; a deferral or a stop."""
-        if not span.is_recording():
+        if span is INVALID_SPAN or not span.is_recording():
             return
         if outcome is None:
             span.set_attribute("pico.request.stopped", True)  # the execution's stop signal
@@ -208,7 +216,7 @@ class Telemetry:
         """How the invocation ended: ``ok``, ``error``, ``interrupted`` (the execution was
         stopped), ``deferred`` (held for an outside answer) or ``delegated`` (a subagent or
         a job continues it)."""
-        if not span.is_recording():
+        if span is INVALID_SPAN or not span.is_recording():
             return
         if outcome.delegation is not None:
             result = "delegated"
