@@ -4,8 +4,9 @@ once and then kept by the row ops of each batch it saves. The scheduler's passes
 launches read it instead of the store. It must always equal what the store holds: a save
 that fails must not leave it ahead of the store, a read-only handle never mirrors, and an
 owner superseded by another handle's claim reads what the other wrote (a cheap change
-token: the memory read model's batch counter, SQLite's ``PRAGMA data_version``). Not on
-PostgreSQL yet (storage.py ``own_tasks``): there every read goes to the store, as before."""
+token: SQLite's ``PRAGMA data_version``). Only on SQLite (storage.py ``own_tasks``): the
+memory read model (memory, JSONL) answers the same reads as cheaply itself, and PostgreSQL
+has no such token; there every read goes to the store, with the same answers."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ async def _open(backend: Backend, **kwargs: Any) -> pico.Harness:
 
 
 def _mirrors(backend: Backend) -> bool:
-    return backend.name != "postgresql"
+    return backend.name == "sqlite"
 
 
 def _storage(h: pico.Harness) -> EventSourcedStorage:
@@ -370,15 +371,16 @@ async def test_a_rolled_back_deferred_batch_leaves_no_task_in_the_mirror(
     await h.close()
 
 
-async def test_postgresql_and_read_only_handles_do_not_mirror(backend: Backend) -> None:
+async def test_only_a_writing_sqlite_handle_mirrors(backend: Backend) -> None:
     work = Scripted()
     lease: dict[str, Any] = {"lease": LEASE} if backend.name == "postgresql" else {}
     h = await backend.open(definitions=[work], **lease)
     c = await h.root()
     await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
     assert h.scheduler.live_tasks(None)
-    # PostgreSQL, even under a lease, reads every live set from the store.
-    assert (_storage(h).task_queries._token is None) == (backend.name == "postgresql")
+    # PostgreSQL, even under a lease, reads every live set from the store; the memory read
+    # model (memory, JSONL) answers them itself.
+    assert (_storage(h).task_queries._token is None) == (backend.name != "sqlite")
     if backend.name != "memory":  # a memory session has no second, read-only handle
         await h.close()
         reader = await backend.open(read_only=True, definitions=[work])
@@ -518,8 +520,8 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
     assert result is not None and result.status == "done"
     if backend.name == "sqlite":
         assert calls == {}  # the context projection's new entries: the owner's own, kept
-    elif _mirrors(backend):  # memory, JSONL: the memory read model answers scans itself
-        assert "task_rows" not in calls and calls.get("entry_rows", 0) >= 1
+    elif backend.name != "postgresql":  # memory, JSONL: the read model answers itself
+        assert calls.get("entry_rows", 0) >= 1
     else:
         assert calls.get("meta", 0) >= 1 and calls.get("scan_task_rows", 0) >= 1
     await h.close()
