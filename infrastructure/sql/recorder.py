@@ -600,8 +600,16 @@ class SqlProjectionWriter:
         # them); the buffer is flushed before every read and at the end, so order holds.
         self._pending: list[tuple[Any, ...]] = []
         self._pending_sql: str | None = None
+        # Each row op's statement: on SQLite run at once (one call; its driver gains nothing
+        # from batching a few rows), on PostgreSQL buffered as above.
+        self._x: Callable[[str, tuple[Any, ...]], None] = (
+            self._execute if dialect == "sqlite" else self._buffer
+        )
 
-    def _x(self, statement: str, params: tuple[Any, ...]) -> None:
+    def _execute(self, statement: str, params: tuple[Any, ...]) -> None:
+        self.cur.execute(statement, params)
+
+    def _buffer(self, statement: str, params: tuple[Any, ...]) -> None:
         if statement is not self._pending_sql:
             self._flush()
             self._pending_sql = statement
