@@ -303,7 +303,7 @@ class CommandLine:
                     finally:
                         self._building = None
                         tx.seal()
-                    if tx.first is None or tx.last is None:
+                    if tx.first is None:
                         return result  # no mutations: nothing is committed
                     self._persist(
                         tx,
@@ -356,12 +356,13 @@ class CommandLine:
             self._task_cache.pop(tid, None)
 
     def _persist(self, tx: Command, *, defer: bool = False, span: Any = None) -> None:
-        assert tx.first is not None and tx.last is not None
+        first, last = tx.first, tx.last
+        assert first is not None and last is not None
         scope = MAIN if tx.working is None else tx.working.scope_id
         try:
             for op in tx.session_ops:
                 op(self.session)
-            self.session.commit(first=tx.first, last=tx.last, scope=scope, task=tx.task)
+            self.session.commit(first=first, last=last, scope=scope, task=tx.task)
         except BaseException:
             self._discard(tx)
             self._reload_session()

@@ -201,12 +201,6 @@ _C_ENCODER = (
 )
 
 
-def _encode(value: Any) -> str:
-    if _C_ENCODER is None or type(value) is str:
-        return _ENCODER.encode(value)
-    return "".join(_C_ENCODER(value, 0))
-
-
 def is_strict_json(value: Any) -> bool:
     """The fast verdict alone: True when ``value`` is strict JSON of exact built-in types
     (False may still be valid, e.g. a str subclass: ``check_json`` decides)."""
@@ -224,7 +218,9 @@ def dumps(value: Any, *, what: str = "payload") -> str:
     """Validate ``value`` as strict JSON and return its canonical text."""
     if not _valid(value, 0):
         _check(value, what, 0)
-    return _encode(value)
+    if _C_ENCODER is None or type(value) is str:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 # The C scanner ``json.loads`` ends in, called directly: ``loads`` of a short text spent

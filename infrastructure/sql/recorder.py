@@ -849,6 +849,8 @@ def _int_list(values: Sequence[int]) -> str:
     row op of a turn has one."""
     if not values:
         return "[]"
+    if len(values) == 1 and type(values[0]) is int:  # most context edits: one entry
+        return f"[{values[0]}]"
     if all(type(v) is int for v in values):
         return "[" + ", ".join(map(str, values)) + "]"
     return json.dumps(list(values))
