@@ -404,7 +404,7 @@ def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
         # the aggregate's scale, a conversation's context length, is not read).
         return False
     interval = SNAPSHOT_INTERVAL * int(getattr(aggregate, "snapshot_scale", 1))
-    return bool(new_events) and version // interval != (version - new_events) // interval
+    return version // interval != (version - new_events) // interval
 
 
 #: A saved batch ends with its boundary: a command's Committed, or an opening's Claimed
