@@ -4,6 +4,8 @@ conversation by its context length so snapshot work per event stays flat."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pico.domain.conversation import Conversation
 from pico.domain.session import Session
@@ -37,3 +39,22 @@ def test_aggregates_without_a_scale_use_the_plain_interval() -> None:
     assert _snapshot_due(session, 1)
     session.version = SNAPSHOT_INTERVAL + 1
     assert not _snapshot_due(session, 1)
+
+
+@given(
+    version=st.integers(min_value=0, max_value=50_000),
+    new=st.integers(min_value=0, max_value=700),
+    context=st.integers(min_value=0, max_value=20_000),
+)
+def test_a_snapshot_is_due_exactly_when_a_multiple_of_the_scaled_interval_was_reached(
+    version: int, new: int, context: int
+) -> None:
+    """Due iff one of the batch's new versions (version - new, version] is a multiple of
+    the scaled interval: the quick test on the plain interval (most saves) never refuses
+    one that is due."""
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    conv.context = list(range(1, context + 1))
+    conv.version = version
+    interval = SNAPSHOT_INTERVAL * conv.snapshot_scale
+    reached = any(v % interval == 0 for v in range(max(version - new + 1, 0), version + 1))
+    assert _snapshot_due(conv, new) == (new > 0 and reached)
