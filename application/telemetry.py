@@ -88,7 +88,12 @@ class Telemetry:
         # The proxy forwards to the no-op tracer while it has no real one and no provider
         # is set (what its ``_tracer`` property decides), told here without calling it:
         # ~20 checks a turn, each a Python call from the attribute lookup.
-        if getattr(tracer, "_real_tracer", True) is None and trace._TRACER_PROVIDER is None:
+        # (Both private to the API: read defensively, so a release that renames them only
+        # takes the property's path below.)
+        if (
+            getattr(tracer, "_real_tracer", True) is None
+            and getattr(trace, "_TRACER_PROVIDER", True) is None
+        ):
             return True
         return isinstance(getattr(tracer, "_tracer", None), trace.NoOpTracer)
 
