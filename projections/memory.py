@@ -96,13 +96,10 @@ class MemoryReadStore:
         self._task_ids: list[int] = []
         self._live: list[int] = []
         self._owned_by_conv: dict[int, list[int]] = {}  # conversation -> owned conversations
-        #: Batches applied so far, by any writer: what an owner's live-task mirror checks.
-        self.writes = 0
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[RowOp]) -> None:
         with self.lock:
-            self.writes += 1  # before: a batch that fails part-way has changed rows too
             self._apply(ops)
 
     def _apply(self, ops: Sequence[RowOp]) -> None:
