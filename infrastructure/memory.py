@@ -80,9 +80,9 @@ class MemoryDatabase:
             stream.append(kept)
             log.append(kept)
 
-    def last_version(self, oid: UUID) -> int | None:
+    def last_version(self, oid: UUID | str) -> int | None:
         """The newest version of a stream (None: no event)."""
-        stream = self.streams.get(oid.int)
+        stream = self.streams.get(stream_uuid(oid).int)
         return stream[-1][1] if stream else None
 
     def session_log(

@@ -64,14 +64,18 @@ class _Snapshot(AbstractContextManager[None]):
         store = self._store
         translated: BaseException | None = None
         broken = False
-        if isinstance(exc, Exception):
-            # Driver errors only (a damaged page, a server gone away).
-            translated = store.db.translate(exc, "reading")
-            if translated is exc:
-                translated = None
-            else:
-                broken = isinstance(translated, StorageUnavailableError) and not self._own
-        store._close_snapshot(self._conn, self._own, self._lent, broken)
+        try:
+            if isinstance(exc, Exception):
+                # Driver errors only (a damaged page, a server gone away).
+                translated = store.db.translate(exc, "reading")
+                if translated is exc:
+                    translated = None
+                else:
+                    broken = isinstance(translated, StorageUnavailableError) and not self._own
+        finally:
+            # Always, even when the translation itself fails (an error whose text does
+            # not render): a snapshot left open would pin every later read to it.
+            store._close_snapshot(self._conn, self._own, self._lent, broken)
         if translated is not None:
             raise translated from exc
 
