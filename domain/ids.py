@@ -26,6 +26,7 @@ __all__ = [
     "conversation_uuid",
     "invalid_argument",
     "session_uuid",
+    "stream_hex",
     "stream_uuid",
     "task_uuid",
 ]
@@ -58,6 +59,24 @@ def stream_uuid(oid: UUID | str) -> UUID:
     """A stored event's stream id as a UUID: recorders hand back the aggregate's UUID, or
     its text when it was read from storage (no round trip through text for the first)."""
     return oid if isinstance(oid, UUID) else UUID(str(oid))
+
+
+#: Stream ids as 32 hex digits, by the id's int (``UUID.hex`` is a Python property, and a
+#: session's batches keep naming a few streams: its own in every boundary). Bounded: past
+#: ``_HEX_LIMIT`` ids it starts over.
+_HEX: dict[int, str] = {}
+_HEX_LIMIT = 4096
+
+
+def stream_hex(oid: UUID | str) -> str:
+    """``stream_uuid(oid).hex``, made once for each recent stream."""
+    number = stream_uuid(oid).int
+    found = _HEX.get(number)
+    if found is None:
+        if len(_HEX) >= _HEX_LIMIT:
+            _HEX.clear()
+        found = _HEX[number] = f"{number:032x}"
+    return found
 
 
 def session_uuid(session_id: str) -> UUID:

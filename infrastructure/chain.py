@@ -21,13 +21,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
-from uuid import UUID
 
 import pydantic_core
 from eventsourcing.persistence import StoredEvent
 
 from pico.application.chain import ChainBreak, ChainReport
-from pico.domain.ids import stream_uuid
+from pico.domain.ids import stream_hex
 from pico.domain.session import BOUNDARY_TOPICS
 from pico.infrastructure.codec import stored_event
 
@@ -53,23 +52,6 @@ _PLACEHOLDER_FIELD = _KEY + PLACEHOLDER.encode() + b'"'
 _CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
 
 
-#: Stream ids as the chain frames them (hex bytes), by the id's int: a session's commits
-#: keep naming a few streams (its own in every boundary), so each id's text is made once,
-#: not once a batch. Bounded: past ``_HEX_LIMIT`` it starts over.
-_HEX: dict[int, bytes] = {}
-_HEX_LIMIT = 4096
-
-
-def _hex(oid: Any) -> bytes:
-    number = stream_uuid(oid).int
-    found = _HEX.get(number)
-    if found is None:
-        if len(_HEX) >= _HEX_LIMIT:
-            _HEX.clear()
-        found = _HEX[number] = b"%032x" % number
-    return found
-
-
 #: Encoded topics (a few dozen event types): framing is on every commit's path.
 _TOPICS: dict[str, bytes] = {}
 
@@ -81,10 +63,7 @@ def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -
     last = len(batch) - 1
     for i, stored in enumerate(batch):
         body = boundary_body if i == last else stored.state
-        oid = stored.originator_id
-        hex_id = _HEX.get(oid.int) if type(oid) is UUID else None
-        if hex_id is None:
-            hex_id = _hex(oid)
+        hex_id = stream_hex(stored.originator_id).encode()
         topic = _TOPICS.get(stored.topic)
         if topic is None:
             topic = _TOPICS[stored.topic] = stored.topic.encode()

@@ -102,8 +102,7 @@ class _PlainEventMapper(Mapper[UUID]):
 
     def to_stored_events(self, domain_events: Sequence[Any]) -> list[StoredEvent]:
         """``to_stored_event`` of each event, in one call: a command's events are encoded
-        together, and the loop and each stored event's construction (``stored_event``)
-        are inline, not a call an event."""
+        together (the loop inline, not a method call an event)."""
         plain_of = self._plain
         out: list[StoredEvent] = []
         append = out.append
@@ -142,13 +141,7 @@ class _PlainEventMapper(Mapper[UUID]):
             except Exception:  # e.g. a lone surrogate: the transcoder decides (and explains)
                 append(super().to_stored_event(domain_event))
                 continue
-            stored = _new(StoredEvent)  # as ``stored_event`` makes it
-            fields = stored.__dict__
-            fields["originator_id"] = originator_id
-            fields["originator_version"] = originator_version
-            fields["topic"] = topic
-            fields["state"] = data
-            append(stored)
+            append(stored_event(originator_id, originator_version, topic, data))
         return out
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:

@@ -68,9 +68,7 @@ class MemoryDatabase:
         streams = self.streams
         log = self.log.setdefault(session_id, [])
         for e in stored_events:
-            oid = e.originator_id
-            if type(oid) is not UUID:
-                oid = stream_uuid(oid)
+            oid = stream_uuid(e.originator_id)
             number = oid.int
             stream = streams.get(number)
             if stream is None:
@@ -167,18 +165,15 @@ class MemoryRecorder(AggregateRecorder):
         if not self.is_events:
             return
         pending: dict[int, int] = {}
-        streams = self.db.streams
         for e in stored_events:
-            oid = e.originator_id
-            if type(oid) is not UUID:
-                oid = stream_uuid(oid)
+            oid = stream_uuid(e.originator_id)
             number = oid.int
             last = pending.get(number)
             if last is None:
                 # A new stream accepts any first version (the library's recorders take
                 # version 0 too); after that versions must increase.
-                stream = streams.get(number)
-                last = stream[-1][1] if stream else -1
+                stored = self.db.last_version(oid)
+                last = -1 if stored is None else stored
             if e.originator_version <= last:
                 raise IntegrityError(f"stream {oid} already has version {e.originator_version}")
             pending[number] = e.originator_version

@@ -160,7 +160,7 @@ class EventSourcedStorage:
             return False
         # On SQLite the mirror also answers live scans and keeps the session's head,
         # which reads that page by it ask instead of the session row: each a statement.
-        self.task_queries.own(writer.change_token, own_writes_move=False, scans=True)
+        self.task_queries.own(writer.change_token)
         self.state_queries.known_head = self.task_queries.mirrored_head
         # And the entries it saved last: a turn's context projection reads them back.
         self.queries.own_entries()
@@ -251,15 +251,7 @@ class EventSourcedStorage:
         self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
-        # Most saves cross no multiple of the interval: told here without a call an
-        # aggregate (``_snapshot_due`` decides the rest).
-        due = [
-            (a, n)
-            for a, n in counts
-            if n
-            and a._version // SNAPSHOT_INTERVAL != (a._version - n) // SNAPSHOT_INTERVAL
-            and _snapshot_due(a, n)
-        ]
+        due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
         if due and defer:
             # A snapshot is written on its own connection, after the batch it covers:
             # commit the batch here, where a failure reaches the caller (it is uncertain).

@@ -872,32 +872,25 @@ class TaskQueries:
     def __init__(self, store: ReadStore) -> None:
         self.store = store
         self._token: Callable[[], object] | None = None  # None: no mirror
-        self._own_writes_move = False  # does the owner's own save move the token?
         self._seen: object = None
         self._live: dict[int, TaskRow] | None = None  # id order: ids grow with creation
         self._meta: dict[int, TaskSnapshot] = {}  # state-less snapshots of _live's rows
         self._head: int | None = None  # the session's head, kept with _live
-        self._scans = False  # does the mirror answer live scans and the head (``own``)?
-        #: With ``_scans``: the rows of the tasks the owner's saves ended last (a terminal
-        #: row never changes again), which a join reads back when its inputs settle.
+        #: The rows of the tasks the owner's saves ended last (a terminal row never
+        #: changes again), which a join reads back when its inputs settle.
         self._ended: dict[int, TaskRow] = {}
         #: Moves whenever the mirror is dropped or read again from the store: what the
         #: owner's other mirrors (``fresh``) were loaded under is then no longer known.
         self.generation = 0
 
     # ------------------------------------------------------------------ the mirror
-    def own(
-        self, token: Callable[[], object], *, own_writes_move: bool, scans: bool = False
-    ) -> None:
-        """Mirror the live tasks from now on. ``token()`` must change whenever anything
-        but this owner's saves changes the store's tasks; with ``own_writes_move`` it
-        also changes with the owner's own saves (it is read again after each). With
-        ``scans`` the mirror also answers live scans (``scan_tasks(live=True)``) and the
-        session's head (``mirrored_head``): where each read is a statement (SQLite; the
-        memory read model answers them as cheaply itself)."""
+    def own(self, token: Callable[[], object]) -> None:
+        """Mirror the live tasks from now on (SQLite, where each read is a statement; the
+        memory read model answers them as cheaply itself). ``token()`` must change
+        whenever anything but this owner's saves changes the store's tasks. The mirror
+        also answers live scans (``scan_tasks(live=True)``) and the session's head
+        (``mirrored_head``)."""
         self._token = token
-        self._own_writes_move = own_writes_move
-        self._scans = scans
         self.forget()
 
     def disown(self) -> None:
@@ -911,8 +904,7 @@ class TaskQueries:
             return
         for op in ops:
             if type(op) is PutCommit:
-                if self._scans:
-                    self._head = op.last
+                self._head = op.last
             elif isinstance(op, TaskOp):
                 task_id = op.task_id
                 row = live.get(task_id)
@@ -924,15 +916,12 @@ class TaskQueries:
                 self._meta.pop(task_id, None)
                 if row.role == "terminal":
                     live.pop(task_id, None)
-                    if self._scans:
-                        self._ended[task_id] = row
+                    self._ended[task_id] = row
                 else:
                     live[task_id] = row
         ended = self._ended
         while len(ended) > ENDED_TASKS:
             del ended[next(iter(ended))]
-        if self._own_writes_move and self._token is not None:
-            self._seen = self._token()
 
     def forget(self) -> None:
         self._live = None
@@ -957,17 +946,17 @@ class TaskQueries:
             self._meta.clear()
             self._ended.clear()
             with self.store.read():  # the rows and the head of one snapshot
-                meta = self.store.meta() if self._scans else None  # only scans answer by it
+                meta = self.store.meta()
                 self._live = {r.id: r for r in self._scan_live()}
-            self._head = (meta.head if meta else 0) if self._scans else None
+            self._head = meta.head if meta else 0
             self._seen = seen
         return self._live
 
     def mirrored_head(self) -> int | None:
         """The session's head as the owner's mirror knows it (the row's, kept by each
-        saved batch's commit), or None without a mirror answering scans: what
-        ``StateQueries.known_head`` asks instead of reading the session row."""
-        return None if not self._scans or self._mirror() is None else self._head
+        saved batch's commit), or None without a mirror: what ``StateQueries.known_head``
+        asks instead of reading the session row."""
+        return None if self._mirror() is None else self._head
 
     def _scan_live(self) -> list[TaskRow]:
         """Every live task row in id order: partial-index pages of 500 in one snapshot."""
@@ -1037,7 +1026,7 @@ class TaskQueries:
         limit = _page_args(after, before, order, limit)
         if live is None and role is not None and role != "terminal":
             live = True  # a live role lies in the live set: its indexes, never history
-        mirror = self._mirror() if live is True and self._scans else None
+        mirror = self._mirror() if live is True else None
         if mirror is not None and self._head is not None:
             rows = _live_page(
                 mirror,

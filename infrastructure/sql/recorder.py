@@ -16,6 +16,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from eventsourcing.persistence import AggregateRecorder, StoredEvent
 
+from pico.domain.ids import stream_hex
 from pico.infrastructure.sql import bodies
 from pico.infrastructure.sql import schema as t
 from pico.infrastructure.sql.bodies import (
@@ -134,7 +135,7 @@ class SqlRecorder(AggregateRecorder):
             if stored_events and session_key not in known and session_key not in added:
                 new_session.append((session_id,))
             for e in stored_events:
-                oid = _hex(e.originator_id)
+                oid = stream_hex(e.originator_id)
                 topic = e.topic
                 if oid not in known and oid not in added and (oid,) not in new_streams:
                     new_streams.append((oid,))
@@ -146,7 +147,7 @@ class SqlRecorder(AggregateRecorder):
         else:
             sql = self._writer.sql(_INSERT_SNAPSHOT)
             rows = [
-                (_hex(e.originator_id), e.originator_version, e.topic, e.state)
+                (stream_hex(e.originator_id), e.originator_version, e.topic, e.state)
                 for e in stored_events
             ]
 
@@ -223,7 +224,7 @@ class SqlRecorder(AggregateRecorder):
         assert numbers is not None
         encode = bodies.encode  # compressed with the topic's dictionary (bodies.py)
         events = [
-            (_hex(e.originator_id), e.originator_version, e.topic, encode(e.topic, e.state))
+            (stream_hex(e.originator_id), e.originator_version, e.topic, encode(e.topic, e.state))
             for e in stored_events
         ]
 
@@ -327,13 +328,13 @@ class SqlRecorder(AggregateRecorder):
             q = (
                 sa.select(*t.event_columns)
                 .select_from(t.event_log)
-                .where(t.streams.c.originator_id == _hex(originator_id))
+                .where(t.streams.c.originator_id == stream_hex(originator_id))
             )
         else:
             s = self.table.c
             c_version = s.originator_version
             q = sa.select(s.originator_id, c_version, s.topic, s.state).where(
-                s.originator_id == _hex(originator_id)
+                s.originator_id == stream_hex(originator_id)
             )
         if gt is not None:
             q = q.where(c_version > gt)
@@ -345,7 +346,7 @@ class SqlRecorder(AggregateRecorder):
         if self._writer.pending:  # the loader must see every command this session ran
             self._writer.flush()
         with (
-            self.db.translating(f"reading the events of stream {_hex(originator_id)}"),
+            self.db.translating(f"reading the events of stream {stream_hex(originator_id)}"),
             self.db.loader.connect() as conn,
         ):
             if self.is_events:
@@ -412,23 +413,6 @@ class SqlRecorder(AggregateRecorder):
             listener.close()
         self._listeners.clear()
         self._writer.close()
-
-
-#: Stream ids as the tables spell them (32 hex digits), by the id's int: ``UUID.hex`` is
-#: a Python property, and a session's batches keep naming a few streams. Bounded: past
-#: ``_KNOWN_LIMIT`` it starts over.
-_HEX: dict[int, str] = {}
-
-
-def _hex(value: UUID | str) -> str:
-    uid = value if isinstance(value, UUID) else UUID(value)
-    number = uid.int
-    found = _HEX.get(number)
-    if found is None:
-        if len(_HEX) >= _KNOWN_LIMIT:
-            _HEX.clear()
-        found = _HEX[number] = f"{number:032x}"
-    return found
 
 
 # The stream and the topic by number (schema.event_log): each a unique-index probe of a

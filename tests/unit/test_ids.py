@@ -35,3 +35,16 @@ def test_a_name_that_is_not_valid_unicode_is_refused_as_uuid5_refuses_it() -> No
         uuid.uuid5(ids._NS, "session/\ud800")
     with pytest.raises(UnicodeEncodeError):
         ids.session_uuid("\ud800")
+
+
+def test_stream_hex_is_the_uuids_hex_for_either_form_and_its_cache_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ids, "_HEX", {})
+    monkeypatch.setattr(ids, "_HEX_LIMIT", 3)
+    streams = [uuid.uuid4() for _ in range(7)] + [uuid.UUID(int=5), uuid.UUID(int=2**128 - 1)]
+    for oid in streams:
+        assert ids.stream_hex(oid) == oid.hex
+        assert ids.stream_hex(str(oid)) == oid.hex  # as read back from storage
+        assert ids.stream_hex(oid.hex) == oid.hex
+        assert len(ids._HEX) <= 3
