@@ -152,7 +152,7 @@ class Storage(Protocol):
     state: StatePort
     tasks: TaskPort
 
-    def snapshot(self) -> AbstractContextManager[None]:
+    def snapshot(self) -> AbstractContextManager[object]:
         """One committed snapshot for every read inside (nested reads join it)."""
         ...
 

@@ -97,7 +97,7 @@ class EventSourcedStorage:
         if wait_commit is not None:
             self.wait_commit: Callable[..., Awaitable[None]] = wait_commit
 
-    def snapshot(self) -> AbstractContextManager[None]:
+    def snapshot(self) -> AbstractContextManager[object]:
         return self._read_store.read()
 
     def load(self, aggregate_id: UUID) -> Aggregate | None:
