@@ -66,7 +66,7 @@ def main() -> None:
     if args.turns < 1:
         raise SystemExit("--turns must be at least 1")
     with tempfile.TemporaryDirectory(prefix="pico-calls-") as tmp:
-        url = "memory://" if args.backend == "memory" else f"sqlite:///{Path(tmp) / 'c.db'}"
+        url = turns_bench.backend_url(args.backend, Path(tmp))
         calls = asyncio.run(count(url, args.turns))
     total = sum(calls.values())
     print(f"{total / args.turns:.1f} Python calls a turn ({args.backend}, {args.turns} turns)")

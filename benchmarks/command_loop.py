@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pico
+from benchmarks import turns_bench
 from pico import session_value
 
 #: The one value every command sets (a session value: no conversation is touched).
@@ -50,7 +51,7 @@ def main() -> None:
     if args.commands < 1:
         raise SystemExit("--commands must be at least 1")
     with tempfile.TemporaryDirectory(prefix="pico-commands-") as tmp:
-        url = "memory://" if args.backend == "memory" else f"sqlite:///{Path(tmp) / 'c.db'}"
+        url = turns_bench.backend_url(args.backend, Path(tmp))
         seconds = asyncio.run(run(url, args.commands))
     print(
         f"{args.commands} commands on {args.backend}: "

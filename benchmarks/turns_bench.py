@@ -87,6 +87,16 @@ async def run(
     return per_turn, wall, cpu
 
 
+def backend_url(backend: str, directory: Path) -> str:
+    """The URL of ``backend`` (one of ``BACKENDS``, or "memory": private to the process)
+    keeping its files in ``directory``: what each workload CLI opens."""
+    return {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{directory / 'turns.db'}",
+        "jsonl": f"jsonl:///{directory}",
+    }[backend]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=2000)
@@ -98,14 +108,9 @@ def main() -> None:
     args = ap.parse_args()
     backend = "memory" if args.memory else args.backend
     tmp = Path(tempfile.mkdtemp(prefix="pico-turns-"))
-    db = tmp / "turns.db"
     # --series follows the file that grows: SQLite's WAL, or the JSONL main journal.
     grows = tmp / ("turns.jsonl" if backend == "jsonl" else "turns.db-wal")
-    url = {
-        "memory": "memory://turns-bench",
-        "sqlite": f"sqlite:///{db}",
-        "jsonl": f"jsonl:///{tmp}",
-    }[backend]
+    url = backend_url(backend, tmp)
     per_turn, wall, cpu = asyncio.run(
         run(
             url,
