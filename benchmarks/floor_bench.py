@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,7 @@ def main() -> None:
         "memory, fsync | MiB: pico, floor, ratio |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios: dict[str, list[float]] = {"SQLite": [], "memory": [], "fsync": []}
     for r in range(1, args.rounds + 1):
         normal = floor(args.turns, "NORMAL")
         sq = pico(args.turns) if "sqlite" in want else None
@@ -100,6 +102,13 @@ def main() -> None:
         def ratio(run: dict[str, float] | None, base: dict[str, float] | None) -> str:
             return "-" if run is None or base is None else f"{run['wall'] / base['wall']:.2f}x"
 
+        for name, run, base in (
+            ("SQLite", sq, normal),
+            ("memory", mem, normal),
+            ("fsync", fs, full),
+        ):
+            if run is not None and base is not None:
+                ratios[name].append(run["wall"] / base["wall"])
         lasts = ", ".join("-" if x is None else f"{x['ratio']:.2f}" for x in (normal, sq, mem, fs))
         size = (
             f"{sq['mib']:.1f}, {normal['mib']:.1f}, {sq['mib'] / normal['mib']:.2f}x"
@@ -112,6 +121,29 @@ def main() -> None:
             f"{ratio(fs, full)} | {lasts} | {size} |",
             flush=True,
         )
+    print()
+    print(summary(ratios))
+
+
+#: The issue's targets: each ratio's ceiling.
+TARGETS = {"SQLite": 2.5, "memory": 1.5, "fsync": 2.5}
+
+
+def summary(ratios: dict[str, list[float]]) -> str:
+    """One line over the rounds: each measured ratio's median and range against its
+    target, and in how many rounds it was met (one round says little on a VM whose speed
+    drifts; the median of several says more)."""
+    parts = []
+    for name, values in ratios.items():
+        if not values:
+            continue
+        met = sum(v <= TARGETS[name] for v in values)
+        parts.append(
+            f"{name} / floor median {statistics.median(values):.2f}x "
+            f"(range {min(values):.2f}-{max(values):.2f}x; target {TARGETS[name]}x, "
+            f"met in {met} of {len(values)})"
+        )
+    return "; ".join(parts) if parts else "no ratio measured"
 
 
 if __name__ == "__main__":
