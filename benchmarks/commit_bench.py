@@ -158,6 +158,10 @@ def sqlite_floor(path: Path, n: int, synchronous: str) -> float:
     return n / total
 
 
+#: The smallest growth run whose two windows (commands 1,000-1,500, the last 500) are apart.
+GROWTH_MIN = 2000
+
+
 def window_ms(times: list[float], at: int, width: int = 500) -> float:
     return statistics.median(times[at : at + width]) * 1000
 
@@ -194,6 +198,14 @@ def main() -> None:
     ap.add_argument("--growth", type=int, default=50000, help="0 to skip the growth run")
     ap.add_argument("--reopen", type=int, default=1, help="0 to skip the reopen timing")
     args = ap.parse_args()
+    if args.commands < 1:
+        ap.error("--commands must be at least 1")
+    if args.growth and args.growth < GROWTH_MIN:
+        # The growth run compares commands 1,000-1,500 with its last 500.
+        ap.error(
+            f"--growth must be 0 (no growth run) or at least {GROWTH_MIN:,}: it compares the "
+            "median of commands 1,000-1,500 with that of the last 500"
+        )
     n = args.commands
     tmp = Path(tempfile.mkdtemp(prefix="pico-bench-"))
     lines = [
