@@ -196,7 +196,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25, help="statement shapes listed")
     args = ap.parse_args()
     if args.turns < 20:
-        raise SystemExit("--turns must be at least 20")
+        ap.error("--turns must be at least 20 (the first tenth is not counted)")
     db = Path(tempfile.mkdtemp(prefix="pico-pages-")) / "pages.db"
     measured = asyncio.run(measure(db, args.turns))
     total = 0
