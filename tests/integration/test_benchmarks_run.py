@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import floor_plus
+from pico.infrastructure.sql import bodies
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
@@ -36,6 +40,7 @@ RUNS = [
     ("turns_bench", ["--turns", "30", "--backend", "jsonl"], "| last/first |"),
     ("watch_bench", ["--turns", "5", "--rounds", "1"], "| in process (owner's hub) |"),
     ("body_dictionaries", ["--turns", "5"], "task states"),
+    ("floor_plus", ["--turns", "20", "--rounds", "1"], "| + all three |"),
 ]
 
 
@@ -87,3 +92,34 @@ def test_a_growth_run_too_short_to_compare_is_refused_with_what_to_pass(copy: Pa
     assert done.returncode == 2
     assert "--growth must be 0 (no growth run) or at least 2,000" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_floor_plus_writes_what_the_floor_writes_and_its_extras_change_only_bodies(
+    tmp_path: Path,
+) -> None:
+    # The copy of the floor writes the floor's rows; each extra changes how bodies and texts
+    # are stored (compressed, chained), never how many rows a turn writes.
+    counts: dict[str, list[int]] = {}
+    for name, extras in floor_plus.VARIANTS.items():
+        directory = tmp_path / str(len(counts))
+        directory.mkdir()
+        floor_plus.run(3, "NORMAL", extras, directory)
+        (db,) = directory.glob("*.db")
+        with sqlite3.connect(db) as conn:
+            counts[name] = [
+                conn.execute(f"select count(*) from {t}").fetchone()[0]
+                for t in ("events", "entries", "context", "tasks", "vals", "commits")
+            ]
+            if "compress" in extras:
+                body = conn.execute(
+                    "select state from events where topic = 'EntryAppended' limit 1"
+                ).fetchone()[0]
+                assert b'"content"' in bodies.decode(body) and body[:1] != b"{"
+            if "chain" in extras:
+                last = conn.execute(
+                    "select state from events where topic = 'Committed' order by rowid desc"
+                ).fetchone()[0]
+                assert b'"link": "sha256:' in last and b"0" * 64 not in last
+    # Three turns: 36 events, 5 entries, 5 context rows, 5 tasks, 2 values, 10 commits each.
+    assert counts["floor (this program's copy)"] == [108, 15, 15, 15, 6, 30]
+    assert all(c == counts["floor (this program's copy)"] for c in counts.values())
