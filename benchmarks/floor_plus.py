@@ -10,8 +10,9 @@ then all together:
   content and task's state in the read model deflated (``sql/bodies.py``, the functions
   pico's recorder calls), which the bytes target (1.5x the floor's database) needs;
 - ``chain``: the batch's SHA-256 link over the previous link and each event's framed body,
-  written into its boundary (``infrastructure/chain.py``'s framing), which the durability
-  contract needs (seed 000: a verifiable journal);
+  written into its boundary (``infrastructure/chain.py``'s ``seal_boundary``, on the
+  batch as stored events), which the durability contract needs (seed 000: a verifiable
+  journal);
 - ``loop``: each commit made by its own asyncio task, awaited (the least an asyncio harness
   that runs each task's effects as coroutines does).
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import sqlite3
 import statistics
@@ -36,7 +36,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
 
+from pico.infrastructure.chain import PLACEHOLDER, seal_boundary
+from pico.infrastructure.codec import stored_event
 from pico.infrastructure.sql import bodies
 
 #: The pico topics of the floor's event names (their dictionaries are pico's).
@@ -81,7 +84,15 @@ class Floor:
         self.seq = 0
         self.pos = 0
         self.ver: dict[str, int] = {}
-        self.link = "sha256:" + "0" * 64
+        self.link = PLACEHOLDER
+        self._streams: dict[str, UUID] = {}
+
+    def stream(self, name: str) -> UUID:
+        """The floor's stream name as a stream id (the chain frames UUIDs), made once."""
+        found = self._streams.get(name)
+        if found is None:
+            found = self._streams[name] = uuid5(NAMESPACE_URL, name)
+        return found
 
     def ev(self, orig: str, name: str, state: dict[str, Any]) -> tuple[Any, ...]:
         v = self.ver.get(orig, 0) + 1
@@ -105,17 +116,16 @@ class Floor:
         last = self.seq
         boundary: dict[str, Any] = {"first": first, "last": last}
         if self.chain:
-            # The link over the previous link and each event's framed body, boundary last
-            # (with its link read as the placeholder), then written into the boundary.
-            boundary["link"] = "sha256:" + "0" * 64
-            rows = [*evs, self.ev("session", "Committed", boundary)]
-            parts = [self.link.encode()]
-            for orig, version, name, body in rows:
-                parts.append(b"%s %d %s %d\n" % (orig.encode(), version, name.encode(), len(body)))
-                parts.append(body)
-            self.link = "sha256:" + hashlib.sha256(b"".join(parts)).hexdigest()
-            boundary["link"] = self.link
-            rows[-1] = (*rows[-1][:3], json.dumps(boundary).encode())
+            # pico's own sealing (``chain.seal_boundary``): the boundary encoded with the
+            # placeholder link, the batch's link over the previous one and each event's
+            # framed body, then written into the boundary's body.
+            boundary["link"] = PLACEHOLDER
+            orig, version, name, _ = self.ev("session", "Committed", boundary)
+            body = json.dumps(boundary, separators=(",", ":")).encode()
+            rows = [*evs, (orig, version, name, body)]
+            batch = [stored_event(self.stream(o), v, TOPICS[n], b) for o, v, n, b in rows]
+            self.link = seal_boundary(self.link, batch)
+            rows[-1] = (orig, version, name, batch[-1].state)
         else:
             rows = [*evs, self.ev("session", "Committed", boundary)]
         if self.compress:  # boundaries stay JSON, as pico stores them

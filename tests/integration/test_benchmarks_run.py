@@ -119,7 +119,7 @@ def test_the_floor_plus_writes_what_the_floor_writes_and_its_extras_change_only_
                 last = conn.execute(
                     "select state from events where topic = 'Committed' order by rowid desc"
                 ).fetchone()[0]
-                assert b'"link": "sha256:' in last and b"0" * 64 not in last
+                assert b'"link":"sha256:' in last and b"0" * 64 not in last
     # Three turns: 36 events, 5 entries, 5 context rows, 5 tasks, 2 values, 10 commits each.
     assert counts["floor (this program's copy)"] == [108, 15, 15, 15, 6, 30]
     assert all(c == counts["floor (this program's copy)"] for c in counts.values())
