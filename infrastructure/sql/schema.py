@@ -144,6 +144,11 @@ snapshots = Table(
     Column("state", LargeBinary, nullable=False),
 )
 
+# Read-model tables of small keyed rows are WITHOUT ROWID on SQLite (revision 0011;
+# ``pico_commits`` since 0004): the key orders the table itself, not a second B-tree beside
+# a rowid table, so a row is one B-tree insert, not two. Tables holding payloads of any
+# size (entries, tasks, values, list elements) keep their rowid: an index B-tree keeps at
+# most ~490 bytes of a row on a 2 KiB page and holds whole rows in its interior pages.
 sessions = Table(
     "pico_sessions",
     metadata,
@@ -152,6 +157,7 @@ sessions = Table(
     Column("main_head", BigInteger, nullable=False),
     Column("root_id", BigInteger),
     Column("owner", String(64)),
+    sqlite_with_rowid=False,
 )
 
 commits = Table(
@@ -180,6 +186,7 @@ conversations = Table(
     Column("deleted_seq", BigInteger),
     Index("pico_conversations_source", "session_id", "source_conversation_id", "id"),
     Index("pico_conversations_owner", "session_id", "owner_task_id", "id"),
+    sqlite_with_rowid=False,
 )
 
 entries = Table(
@@ -217,6 +224,7 @@ context_elements = Table(
     Column("conversation_id", BigInteger, primary_key=True),
     Column("position", BigInteger, primary_key=True),
     Column("entry_id", BigInteger, nullable=False),
+    sqlite_with_rowid=False,
 )
 
 context_edits = Table(
@@ -240,6 +248,7 @@ context_edits = Table(
         sqlite_where=text("base"),
         postgresql_where=text("base"),
     ),
+    sqlite_with_rowid=False,
 )
 
 # -- v2: scoped state (§4, §7.6)
@@ -252,6 +261,7 @@ addresses = Table(
     Column("namespace", String(300), primary_key=True),
     Column("key", String(300), primary_key=True),
     Column("rewind", Boolean, nullable=False),
+    sqlite_with_rowid=False,
 )
 
 values = Table(
@@ -295,6 +305,7 @@ list_clears = Table(
     Column("namespace", String(300), primary_key=True),
     Column("key", String(300), primary_key=True),
     Column("seq", BigInteger, primary_key=True),
+    sqlite_with_rowid=False,
 )
 
 # -- v3: durable tasks (§5.1, §6.1, §7.6)
@@ -394,7 +405,7 @@ VERSION_TABLE = "pico_alembic_version"
 #: Every revision, oldest first; the last is head. Opening a database compares against
 #: this list without importing Alembic; a test proves it equals the scripts' history, so
 #: a revision added without extending it fails CI.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
 
 # The version table exactly as Alembic creates it (``alembic stamp``), written by pico
 # itself when it creates or adopts a database, so that a fresh open needs no Alembic.

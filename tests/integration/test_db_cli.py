@@ -234,6 +234,7 @@ def test_db_history_lists_every_revision_oldest_first_and_marks_head(app: typer.
         "0008",
         "0009",
         "0010",
+        "0011",
     ]
     assert revisions[-1] == HEAD
     assert f"{HEAD} (head)" in out and "pre-Alembic" in out
