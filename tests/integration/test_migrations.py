@@ -626,20 +626,19 @@ def _with_rowids(conn: sa.Connection) -> None:
     """SQLite: rebuild the keyed tables as revision 0010 had them (a rowid table beside
     its key's automatic index), rows and secondary indexes unchanged."""
     for name in KEYED:
-        ddl, indexes = (
+        ddl = conn.execute(
+            sa.text("SELECT sql FROM sqlite_master WHERE name = :n"), {"n": name}
+        ).scalar_one()
+        indexes = (
             conn.execute(
-                sa.text("SELECT sql FROM sqlite_master WHERE name = :n"), {"n": name}
-            ).scalar_one(),
-            [
-                r[0]
-                for r in conn.execute(
-                    sa.text(
-                        "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = :n "
-                        "AND sql IS NOT NULL"
-                    ),
-                    {"n": name},
-                )
-            ],
+                sa.text(
+                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = :n "
+                    "AND sql IS NOT NULL"
+                ),
+                {"n": name},
+            )
+            .scalars()
+            .all()
         )
         assert ddl.rstrip().upper().endswith("WITHOUT ROWID")
         rowid = ddl.rstrip()[: -len("WITHOUT ROWID")].rstrip()
