@@ -94,10 +94,13 @@ class Floor:
             found = self._streams[name] = uuid5(NAMESPACE_URL, name)
         return found
 
+    def version(self, orig: str) -> int:
+        """The next version of stream ``orig``."""
+        v = self.ver[orig] = self.ver.get(orig, 0) + 1
+        return v
+
     def ev(self, orig: str, name: str, state: dict[str, Any]) -> tuple[Any, ...]:
-        v = self.ver.get(orig, 0) + 1
-        self.ver[orig] = v
-        return (orig, v, name, json.dumps(state).encode())
+        return (orig, self.version(orig), name, json.dumps(state).encode())
 
     def text(self, topic: str, text: str) -> Any:
         return bodies.encode_text(topic, text) if self.compress else text
@@ -120,12 +123,11 @@ class Floor:
             # placeholder link, the batch's link over the previous one and each event's
             # framed body, then written into the boundary's body.
             boundary["link"] = PLACEHOLDER
-            orig, version, name, _ = self.ev("session", "Committed", boundary)
             body = json.dumps(boundary, separators=(",", ":")).encode()
-            rows = [*evs, (orig, version, name, body)]
+            rows = [*evs, ("session", self.version("session"), "Committed", body)]
             batch = [stored_event(self.stream(o), v, TOPICS[n], b) for o, v, n, b in rows]
             self.link = seal_boundary(self.link, batch)
-            rows[-1] = (orig, version, name, batch[-1].state)
+            rows[-1] = (*rows[-1][:3], batch[-1].state)
         else:
             rows = [*evs, self.ev("session", "Committed", boundary)]
         if self.compress:  # boundaries stay JSON, as pico stores them

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import re
 import sqlite3
+import statistics
 import struct
 import tempfile
 import time
@@ -70,16 +71,14 @@ class Measured:
     def fit(self) -> tuple[float, float]:
         """Least squares ``seconds = fixed + per_page * pages`` over the timed COMMITs:
         (fixed, per_page), in seconds."""
-        n = len(self.flushes)
-        if n < 2:
+        if len(self.flushes) < 2:
             raise ValueError("fewer than two timed COMMITs: run more turns")
-        mx = sum(p for p, _ in self.flushes) / n
-        my = sum(t for _, t in self.flushes) / n
-        var = sum((p - mx) ** 2 for p, _ in self.flushes)
-        if var == 0:
-            return my, 0.0
-        slope = sum((p - mx) * (t - my) for p, t in self.flushes) / var
-        return my - slope * mx, slope
+        pages = [p for p, _ in self.flushes]
+        seconds = [t for _, t in self.flushes]
+        if len(set(pages)) == 1:  # every COMMIT the same size: no slope to fit
+            return statistics.fmean(seconds), 0.0
+        slope, intercept = statistics.linear_regression(pages, seconds)
+        return intercept, slope
 
 
 def _frame_pages(data: bytes, page_size: int) -> list[int]:

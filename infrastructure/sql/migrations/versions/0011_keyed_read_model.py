@@ -118,10 +118,6 @@ def _layouts() -> list[sa.Table]:
     ]
 
 
-#: The tables this revision rebuilds, in order.
-KEYED = tuple(t.name for t in _layouts())
-
-
 def upgrade() -> None:
     if op.get_context().dialect.name != "sqlite":
         return
