@@ -30,8 +30,8 @@ def test_the_fit_recovers_a_line_and_refuses_too_few_points() -> None:
     assert fixed == pytest.approx(10e-6)
     assert per_page == pytest.approx(4e-6)
     # Every COMMIT the same size: the mean, and no slope.
-    same = turn_pages.Measured([], flushes=[(3, 1e-5), (3, 3e-5)]).fit()
-    assert same == (pytest.approx(2e-5), 0.0)
+    fixed, per_page = turn_pages.Measured([], flushes=[(3, 1e-5), (3, 3e-5)]).fit()
+    assert fixed == pytest.approx(2e-5) and per_page == 0.0
     with pytest.raises(ValueError, match="fewer than two"):
         turn_pages.Measured([], flushes=[(3, 1e-5)]).fit()
 
