@@ -45,6 +45,7 @@ from pico.domain.errors import (
 from pico.domain.exchange import EntryRef
 from pico.domain.ids import (
     MAX_ID,
+    MAX_SEQ,
     check_id,
     check_ids,
     check_optional_id,
@@ -134,14 +135,19 @@ class Command:
             raise CommandRejectedError(
                 "this command has finished; a builder's transaction cannot be used after it returns"
             )
-        seq = self._line.session.next_seq(self._allocated)
+        # ``Session.next_seq`` inline (every mutation peeks and allocates): the session
+        # raises only when the sequence is exhausted.
+        seq = self._line.session.head + self._allocated + 1
+        if seq > MAX_SEQ:
+            self._line.session.next_seq(self._allocated)
         if self._first is None:
             self._first = seq
         self._allocated += 1
         return seq
 
     def _peek(self) -> int:
-        return self._line.session.next_seq(self._allocated)
+        seq = self._line.session.head + self._allocated + 1
+        return seq if seq <= MAX_SEQ else self._line.session.next_seq(self._allocated)
 
     def _main_only(self, what: str) -> None:
         if self.working is not None:
@@ -151,7 +157,8 @@ class Command:
             )
 
     def _conversation(self, conversation_id: int) -> Conversation:
-        check_id(conversation_id, "conversation_id")
+        if not (type(conversation_id) is int and 0 < conversation_id <= MAX_ID):
+            check_id(conversation_id, "conversation_id")  # raises (inline: ~2 a mutation)
         conv = self.touched.get(conversation_id)
         if conv is None:
             conv = self._line.load_conversation(conversation_id)
@@ -652,7 +659,8 @@ class Command:
 
     # ------------------------------------------------------------------ tasks (§5, §6.1)
     def _task(self, task_id: int) -> Task:
-        check_id(task_id, "task_id")
+        if not (type(task_id) is int and 0 < task_id <= MAX_ID):
+            check_id(task_id, "task_id")  # raises (inline, as in _conversation)
         task = self.touched_tasks.get(task_id)
         if task is None:
             task = self._line.load_task(task_id)

@@ -179,13 +179,15 @@ class Scheduler:
         skips executing tasks, and their end notifies anyway. Listeners still hear it."""
         if tx is not None and not tx.session_ops and tx.touched_tasks:
             executing, observers = self.executing, self.observers
-            if all(
-                i in executing
-                and t.role != "terminal"
-                and not t.abort_requested
-                and i not in observers
-                for i, t in tx.touched_tasks.items()
-            ):
+            for i, t in tx.touched_tasks.items():  # a loop, not all(...): no generator
+                if (
+                    i not in executing
+                    or t.role == "terminal"
+                    or t.abort_requested
+                    or i in observers
+                ):
+                    break
+            else:
                 self._tell_listeners()
                 return
         self.notify()

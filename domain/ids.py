@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 from uuid import NAMESPACE_URL, UUID, SafeUUID, uuid5
 
 from pico.domain.errors import InvalidArgumentError
@@ -70,7 +70,7 @@ _HEX_LIMIT = 4096
 
 def stream_hex(oid: UUID | str) -> str:
     """``stream_uuid(oid).hex``, made once for each recent stream."""
-    number = stream_uuid(oid).int
+    number = (oid if isinstance(oid, UUID) else UUID(str(oid))).int  # stream_uuid, inline
     found = _HEX.get(number)
     if found is None:
         if len(_HEX) >= _HEX_LIMIT:
@@ -120,16 +120,17 @@ def check_ids(values: object, what: str) -> list[int]:
     mapping), each as ``check_id``; returns them as a new list."""
     # The exact built-in collections first: the ABC checks below cost ~0.5-1 us (they run
     # on every command that creates a task or appends to a context).
+    ids: list[Any]
     if type(values) in _COLLECTIONS:
-        values = list(cast("Iterable[Any]", values))
+        ids = list(values)  # type: ignore[call-overload]  # (no typing.cast: a call a check)
     elif isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
         raise invalid_argument(what, values, "a list, tuple or set of integer ids")
     else:
-        values = list(values)
-    for i, value in enumerate(values):
+        ids = list(values)
+    for i, value in enumerate(ids):
         if not (type(value) is int and 0 < value <= MAX_ID):
             raise invalid_argument(f"{what}[{i}]", value, f"an integer id from 1 to {MAX_ID}")
-    return values
+    return ids
 
 
 def check_optional_id(value: object, what: str) -> int | None:

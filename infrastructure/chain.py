@@ -21,12 +21,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+from uuid import UUID
 
 import pydantic_core
 from eventsourcing.persistence import StoredEvent
 
 from pico.application.chain import ChainBreak, ChainReport
-from pico.domain.ids import stream_hex
+from pico.domain.ids import stream_hex, stream_uuid
 from pico.domain.session import BOUNDARY_TOPICS
 from pico.infrastructure.codec import stored_event
 
@@ -54,6 +55,17 @@ _CHAIN_STARTED = "pico.domain.session:Session.ChainStarted"
 
 #: Encoded topics (a few dozen event types): framing is on every commit's path.
 _TOPICS: dict[str, bytes] = {}
+#: Encoded stream ids (``stream_hex``) by the id's int, found without a call an event.
+#: Bounded: past ``_STREAMS_LIMIT`` ids it starts over.
+_STREAMS: dict[int, bytes] = {}
+_STREAMS_LIMIT = 4096
+
+
+def _stream(number: int, oid: UUID | str) -> bytes:
+    if len(_STREAMS) >= _STREAMS_LIMIT:
+        _STREAMS.clear()
+    found = _STREAMS[number] = stream_hex(oid).encode()
+    return found
 
 
 def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -> str:
@@ -61,9 +73,12 @@ def _digest(previous: str, batch: Sequence[StoredEvent], boundary_body: bytes) -
     the previous link and each event's framed stored body, joined once."""
     parts = [previous.encode()]
     last = len(batch) - 1
+    streams = _STREAMS
     for i, stored in enumerate(batch):
         body = boundary_body if i == last else stored.state
-        hex_id = stream_hex(stored.originator_id).encode()
+        oid = stored.originator_id
+        number = (oid if isinstance(oid, UUID) else stream_uuid(oid)).int
+        hex_id = streams.get(number) or _stream(number, oid)
         topic = _TOPICS.get(stored.topic)
         if topic is None:
             topic = _TOPICS[stored.topic] = stored.topic.encode()

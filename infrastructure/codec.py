@@ -149,7 +149,14 @@ class _PlainEventMapper(Mapper[UUID]):
                     append(super().to_stored_event(domain_event))
                     continue
                 data = (last[2] + b"," + rest[1:-1] if len(rest) > 2 else last[2]) + tail
-                append(stored_event(body["originator_id"], body["originator_version"], topic, data))
+                # stored_event(...), inline: a call an event.
+                stored = _new(StoredEvent)
+                record = stored.__dict__
+                record["originator_id"] = body["originator_id"]
+                record["originator_version"] = body["originator_version"]
+                record["topic"] = topic
+                record["state"] = data
+                append(stored)
                 continue
             state = dict(body)
             originator_id = state.pop("originator_id")

@@ -251,7 +251,17 @@ class EventSourcedStorage:
         self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
-        due = [(a, n) for a, n in counts if _snapshot_due(a, n)]
+        due = []
+        for aggregate, n in counts:
+            # Most saves cross no multiple of the interval: that test inline (the
+            # aggregate's ``version`` property is a Python call an aggregate).
+            version = aggregate._version
+            if (
+                n
+                and version // SNAPSHOT_INTERVAL != (version - n) // SNAPSHOT_INTERVAL
+                and _snapshot_due(aggregate, n)
+            ):
+                due.append((aggregate, n))
         if due and defer:
             # A snapshot is written on its own connection, after the batch it covers:
             # commit the batch here, where a failure reaches the caller (it is uncertain).

@@ -742,6 +742,9 @@ class StateQueries:
 #: How many of the tasks its saves ended the owner keeps (``TaskQueries._ended``).
 ENDED_TASKS = 64
 
+#: A named tuple made in C (its own ``__new__`` is a Python function): ``_row(TaskRow, fields)``.
+_row = tuple.__new__
+
 #: The row ops that change a task record (ops.py), in the order ``next_task_row`` tests.
 TaskOp = PutTask | PatchTask | MarkTaskAbort | LinkOwned
 
@@ -753,39 +756,45 @@ def next_task_row(op: TaskOp, row: TaskRow | None) -> TaskRow:
     if isinstance(op, PatchTask):
         assert row is not None
         # Built directly, not with _replace (a status change per command, applied by the
-        # read model and the owner's mirror both).
-        return TaskRow(
-            row.id,
-            row.conversation_id,
-            row.kind,
-            op.status,
-            op.role,
-            row.state if op.state is None else op.state,
-            tuple(op.after),
-            row.foreground,
-            row.spawned_by,
-            row.owned_conversation_id,
-            op.not_before,
-            op.required_permit,
-            row.abort_requested,
-            op.seq,
+        # read model and the owner's mirror both), made in C (``_row``).
+        return _row(
+            TaskRow,
+            (
+                row.id,
+                row.conversation_id,
+                row.kind,
+                op.status,
+                op.role,
+                row.state if op.state is None else op.state,
+                tuple(op.after),
+                row.foreground,
+                row.spawned_by,
+                row.owned_conversation_id,
+                op.not_before,
+                op.required_permit,
+                row.abort_requested,
+                op.seq,
+            ),
         )
     if isinstance(op, PutTask):
-        return TaskRow(
-            op.task_id,
-            op.conversation_id,
-            op.kind,
-            op.status,
-            op.role,
-            op.state,
-            tuple(op.after),
-            op.foreground,
-            op.spawned_by,
-            None,
-            op.not_before,
-            op.required_permit,
-            False,
-            op.task_id,
+        return _row(
+            TaskRow,
+            (
+                op.task_id,
+                op.conversation_id,
+                op.kind,
+                op.status,
+                op.role,
+                op.state,
+                tuple(op.after),
+                op.foreground,
+                op.spawned_by,
+                None,
+                op.not_before,
+                op.required_permit,
+                False,
+                op.task_id,
+            ),
         )
     assert row is not None
     if isinstance(op, MarkTaskAbort):
