@@ -21,6 +21,7 @@ from eventsourcing.domain import Aggregate
 from opentelemetry.trace import INVALID_SPAN
 
 from pico.application.command import Command, WorkingCommand
+from pico.application.command_lock import CommandLock
 from pico.application.ports import Storage
 from pico.application.state import WorkingScope
 from pico.application.tasks import TaskRegistry
@@ -76,7 +77,7 @@ class CommandLine:
         self.read_only = read_only
         self.faulted: str | None = None
         self.closed = False
-        self._lock = asyncio.Lock()
+        self._lock = CommandLock()
         self._cache: OrderedDict[int, Conversation] = OrderedDict()
         self._task_cache: OrderedDict[int, Task] = OrderedDict()
         # Address policies (rewind or not) of committed commands: established once and
@@ -284,7 +285,12 @@ class CommandLine:
         group = group and self.groups
         mine = 0  # with ``group``: the deferred commands that must be durable on return
         with self.telemetry.command(self.session_id) as span:
-            async with self._lock:
+            lock = self._lock  # taken and given back inline (command_lock.py)
+            if lock.held:
+                await lock.wait()
+            else:
+                lock.held = True
+            try:
                 self.check_usable(write=True)
                 stamp = stamp_command()  # one timestamp for the command's events
                 try:
@@ -302,8 +308,8 @@ class CommandLine:
                         raise
                     finally:
                         self._building = None
-                        tx.seal()
-                    if tx.first is None:
+                        tx._sealed = True  # tx.seal(), inline (as tx._first below)
+                    if tx._first is None:
                         return result  # no mutations: nothing is committed
                     self._persist(
                         tx,
@@ -313,6 +319,11 @@ class CommandLine:
                     mine = self._deferred
                 finally:
                     unstamp_command(stamp)
+            finally:
+                if lock.waiters:
+                    lock.release()
+                else:
+                    lock.held = False
         if group:
             await self._group_commit(mine)
             return result
@@ -356,8 +367,9 @@ class CommandLine:
             self._task_cache.pop(tid, None)
 
     def _persist(self, tx: Command, *, defer: bool = False, span: Any = None) -> None:
-        first, last = tx.first, tx.last
-        assert first is not None and last is not None
+        first = tx._first  # tx.first and tx.last, without their property calls
+        assert first is not None
+        last = first + tx._allocated - 1
         scope = MAIN if tx.working is None else tx.working.scope_id
         try:
             for op in tx.session_ops:

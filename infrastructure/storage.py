@@ -86,6 +86,8 @@ class EventSourcedStorage:
         self.state_queries = StateQueries(read_store)
         self.state: StatePort = self.state_queries
         self.task_queries = TaskQueries(read_store)  # the owner mirrors (own_tasks)
+        #: Whether the owner mirrors (``own_tasks``): a save tells them its rows only then.
+        self._mirrored = False
         self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
         # A read-only handle follows another owner's commits: where the recorder can be
@@ -170,9 +172,11 @@ class EventSourcedStorage:
         # cheaply itself (callgrind: keeping them cost a memory turn 0.9% more).
         self.queries.own_tails(self.task_queries.fresh)
         self.state_queries.own_prefixes(self.task_queries.fresh)
+        self._mirrored = True
         return True
 
     def disown_tasks(self) -> None:
+        self._mirrored = False
         self.task_queries.disown()
         self.state_queries.known_head = None
         self.queries.disown_entries()
@@ -246,9 +250,10 @@ class EventSourcedStorage:
         except BaseException:
             self._forget_mirrors()  # a deferred batch may have been rolled back with it
             raise
-        self.task_queries.track(ops)
-        self.queries.remember(ops)
-        self.state_queries.track(ops)
+        if self._mirrored:  # (three calls that would find nothing to keep, otherwise)
+            self.task_queries.track(ops)
+            self.queries.remember(ops)
+            self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
         due = []

@@ -50,6 +50,9 @@ from pico.projections.queries import (
 
 __all__ = ["MemoryReadStore"]
 
+#: A frozen dataclass made without its __init__ (``PutCommit`` below).
+_new = object.__new__
+
 
 @dataclass
 class _Edits:
@@ -111,15 +114,17 @@ class MemoryReadStore:
                 assert meta is not None
                 main = op.scope == "main"
                 # Built directly: dataclasses.replace introspects the fields on every call
-                # (one commit row per command).
-                self._meta = SessionMeta(
-                    meta.session_id,
-                    op.last,
-                    op.last if main else meta.main_head,
-                    meta.root_id,
-                    meta.owner,
-                    meta.extra,
-                )
+                # (one commit row per command), and the frozen dataclass's __init__ sets
+                # each field with object.__setattr__: its dict is filled instead.
+                row = _new(SessionMeta)
+                fields = row.__dict__
+                fields["session_id"] = meta.session_id
+                fields["head"] = op.last
+                fields["main_head"] = op.last if main else meta.main_head
+                fields["root_id"] = meta.root_id
+                fields["owner"] = meta.owner
+                fields["extra"] = meta.extra
+                self._meta = row
                 if main:
                     self._boundaries.add(op.last)
             elif isinstance(op, PatchTask):
