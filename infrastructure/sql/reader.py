@@ -41,19 +41,32 @@ log = logging.getLogger("pico.storage")
 #: The context of a read inside an open snapshot: it adds nothing (nullcontext is reusable).
 _NESTED: AbstractContextManager[None] = nullcontext()
 
+#: A snapshot entered whose first query has not run: it has no connection yet.
+_UNOPENED: Any = object()
+
 
 class _Snapshot(AbstractContextManager[None]):
     """One logical read's snapshot (``SqlReadStore.read``): a class, not a generator
     context manager (a turn enters ~16, and a generator's machinery cost ~0.8 us each).
-    Driver errors inside it are translated (a command's own errors pass through)."""
+    On SQLite it is opened by its first query (``_rows``), not on entry: most snapshots (a
+    command's, a scheduler pass's) run no query, as their line holds what they read, and
+    the connection (this thread's own) is chosen where the deferred BEGIN takes the
+    snapshot anyway. On PostgreSQL on entry: a snapshot is lent one of the pool's
+    connections, and a pool with none free refuses the command there, before it builds
+    anything (later, its save would be uncertain). Driver errors inside it are translated
+    (a command's own errors pass through)."""
 
-    __slots__ = ("_conn", "_lent", "_own", "_store")
+    __slots__ = ("_store",)
 
     def __init__(self, store: SqlReadStore) -> None:
         self._store = store
 
     def __enter__(self) -> None:
-        self._conn, self._own, self._lent = self._store._open_snapshot()
+        store = self._store
+        if store._pg:
+            store._open_snapshot()
+        else:
+            store._local.conn = _UNOPENED
 
     def __exit__(
         self,
@@ -62,6 +75,8 @@ class _Snapshot(AbstractContextManager[None]):
         traceback: TracebackType | None,
     ) -> None:
         store = self._store
+        local = store._local
+        opened = local.conn is not _UNOPENED
         translated: BaseException | None = None
         broken = False
         try:
@@ -71,11 +86,16 @@ class _Snapshot(AbstractContextManager[None]):
                 if translated is exc:
                     translated = None
                 else:
-                    broken = isinstance(translated, StorageUnavailableError) and not self._own
+                    broken = (
+                        isinstance(translated, StorageUnavailableError) and opened and not local.own
+                    )
         finally:
             # Always, even when the translation itself fails (an error whose text does
             # not render): a snapshot left open would pin every later read to it.
-            store._close_snapshot(self._conn, self._own, self._lent, broken)
+            if opened:
+                store._close_snapshot(local.conn, local.own, local.lent, broken)
+            else:
+                local.conn = None
         if translated is not None:
             raise translated from exc
 
@@ -107,9 +127,10 @@ class SqlReadStore:
             return _NESTED  # most reads are nested in a command's or a pass's snapshot
         return _Snapshot(self)
 
-    def _open_snapshot(self) -> tuple[Any, bool, Any]:
-        """Enter a snapshot: (its connection, whether it is the writer's open transaction,
-        the PostgreSQL connection it took from the idle ones or None)."""
+    def _open_snapshot(self) -> Any:
+        """Open the entered snapshot (its first query): its connection, kept with whether
+        it is the writer's open transaction (``own``) and the PostgreSQL connection it
+        took from the idle ones (``lent``, or None) in this thread's state."""
         # An explicit read transaction on a DBAPI connection: SQLite's held per thread,
         # PostgreSQL's lent for the snapshot by the process's idle connections (most
         # recently used first); a pooled SQLAlchemy checkout plus its BEGIN events cost
@@ -139,15 +160,16 @@ class SqlReadStore:
         local = self._local
         local.conn = conn
         local.own = own
+        local.lent = lent
         local.began = False
-        return conn, own, lent
+        return conn
 
     def _close_snapshot(self, conn: Any, own: bool, lent: Any, broken: bool) -> None:
         """Leave a snapshot (``broken``: a driver error made its connection unusable)."""
         local = self._local
         cur = getattr(local, "cur", None)
         began = getattr(local, "began", False)
-        local.cur = local.conn = None
+        local.cur = local.conn = local.lent = None
         local.own = local.began = False
         try:
             if self._pg and own:
@@ -209,6 +231,8 @@ class SqlReadStore:
             conn = getattr(self._local, "conn", None)
             if conn is None:
                 raise RuntimeError("SqlReadStore primitives run inside read()")
+            if conn is _UNOPENED:
+                conn = self._open_snapshot()
             cur = self._local.cur = self._client_cursor(conn) if self._pg else conn.cursor()
         if not self._pg:
             if not cur.connection.in_transaction and not getattr(self._local, "own", False):

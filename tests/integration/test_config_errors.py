@@ -268,6 +268,7 @@ async def test_a_postgresql_connection_that_goes_away_is_unavailable_then_reconn
     storage: Any = h._line.storage
     store = storage._read_store  # the connection its reads are lent, only that one
     with store.read():
+        store.meta()  # a snapshot takes its connection with its first query
         pid = store._local.conn.info.backend_pid
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))

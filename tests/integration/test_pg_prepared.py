@@ -225,8 +225,8 @@ async def test_many_claims_on_one_connection_leave_its_prepared_statements_in_pl
             assert writer._fairy is None and idle._stack[-1] is conn  # given back
     for _ in range(2):  # each read ends with psycopg's ROLLBACK; the second reuses the first's
         with rs.read():
+            assert rs.meta() is not None  # the snapshot's first query takes a connection
             assert rs._local.conn is conn
-            assert rs.meta() is not None
     assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] > 0
     await c.append("user", "y")
     assert [e.content for e in await c.context_entries()] == ["x", "y"]
