@@ -134,7 +134,7 @@ def main() -> None:
             "| wall s | CPU s | peak RSS MiB | database + WAL MiB | first 100 turns ms/turn | "
             "last 100 turns ms/turn | last/first |",
             "|---|---|---|---|---|---|---|",
-            f"| {wall:.1f} | {cpu:.1f} | {peak_mib:.0f} | {size:.1f} | {first:.2f} | "
+            f"| {wall:.2f} | {cpu:.2f} | {peak_mib:.0f} | {size:.1f} | {first:.2f} | "
             f"{last:.2f} | {last / first:.2f} |",
         ]
     )
