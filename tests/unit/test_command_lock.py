@@ -55,20 +55,30 @@ def test_waiters_are_served_in_arrival_order_and_no_newcomer_cuts_in() -> None:
     asyncio.run(main())
 
 
+async def _two_waiters(
+    lock: CommandLock, got: list[str]
+) -> tuple[asyncio.Task[None], asyncio.Task[None]]:
+    """Take the lock, then queue "first" and "second", each noting itself in ``got`` when
+    it holds the lock."""
+
+    async def waiter(name: str) -> None:
+        await _take(lock)
+        got.append(name)
+        lock.release()
+
+    await _take(lock)
+    first = asyncio.create_task(waiter("first"))
+    second = asyncio.create_task(waiter("second"))
+    await asyncio.sleep(0)  # both queue
+    assert len(lock.waiters) == 2
+    return first, second
+
+
 def test_a_waiter_cancelled_before_it_is_served_leaves_the_queue() -> None:
     async def main() -> None:
         lock = CommandLock()
         got: list[str] = []
-
-        async def waiter(name: str) -> None:
-            await _take(lock)
-            got.append(name)
-            lock.release()
-
-        await _take(lock)
-        first = asyncio.create_task(waiter("first"))
-        second = asyncio.create_task(waiter("second"))
-        await asyncio.sleep(0)
+        first, second = await _two_waiters(lock, got)
         first.cancel()
         await asyncio.sleep(0)  # the cancellation runs: "first" leaves the queue
         assert len(lock.waiters) == 1
@@ -85,16 +95,7 @@ def test_a_waiter_cancelled_after_it_was_served_passes_the_lock_on() -> None:
     async def main() -> None:
         lock = CommandLock()
         got: list[str] = []
-
-        async def waiter(name: str) -> None:
-            await _take(lock)
-            got.append(name)
-            lock.release()
-
-        await _take(lock)
-        first = asyncio.create_task(waiter("first"))
-        second = asyncio.create_task(waiter("second"))
-        await asyncio.sleep(0)
+        first, second = await _two_waiters(lock, got)
         lock.release()  # "first" is served ...
         first.cancel()  # ... and cancelled before it runs
         await asyncio.gather(first, return_exceptions=True)
