@@ -99,13 +99,14 @@ class Message:
     role: Role
     parts: tuple[Part, ...]
 
+    # List comprehensions, not generators: a generator is resumed once an item.
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return "".join([p.text for p in self.parts if isinstance(p, TextPart)])
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
-        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+        return tuple([p for p in self.parts if isinstance(p, ToolCallPart)])
 
 
 @dataclass(frozen=True)

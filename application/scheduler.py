@@ -445,7 +445,7 @@ class Scheduler:
                         continue  # a marked owner settles after its child work (§6.5)
                     self._launch(task, "abort")
                 elif task.role == "ready":
-                    if any(d in session_live for d in task.after):
+                    if not session_live.isdisjoint(task.after):  # a dependency still live
                         continue
                     if task.required_permit is not None and task.required_permit not in allowed:
                         continue
@@ -462,9 +462,14 @@ class Scheduler:
                 elif task.role == "waiting" and (task.id, task.updated_seq) not in self._armed:
                     self._armed.add((task.id, task.updated_seq))
                     self._launch(task, "recover")
-            running = any(t.id in self.executing for t in live) or self._promised(
-                conversation_id, live
-            )
+            # Loops, not any(...) over a generator (a resumption an item, every pass).
+            running = False
+            for t in live:
+                if t.id in self.executing:
+                    running = True
+                    break
+            else:
+                running = self._promised(conversation_id, live)
             drained = cancellation_only and not any(t.abort_requested for t in live)
             if drained or (
                 self._finished(conversation_id, live)
@@ -529,7 +534,10 @@ class Scheduler:
         # cancellation, not for detached background work (§6.2) nor the foreground work
         # of a detached child.
         cache: dict[int, bool] = {}
-        return not any(t.abort_requested or self.required(t, conversation_id, cache) for t in live)
+        for t in live:  # a loop, not any(...) over a generator: every pass asks
+            if t.abort_requested or self.required(t, conversation_id, cache):
+                return False
+        return True
 
     # ------------------------------------------------------------------ executions
     def _reconcile(self, task: TaskSnapshot, observer: _Observer) -> None:
