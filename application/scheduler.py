@@ -188,7 +188,8 @@ class Scheduler:
                 ):
                     break
             else:
-                self._tell_listeners()
+                if self.listeners:
+                    self._tell_listeners()
                 return
         self.notify()
 
@@ -203,7 +204,8 @@ class Scheduler:
 
     def notify(self) -> None:
         """A commit landed or an execution ended: wake every waiting drive."""
-        self._tell_listeners()
+        if self.listeners:
+            self._tell_listeners()
         for waiter in list(self._waiters):
             if not waiter.done():
                 waiter.set_result(None)
