@@ -245,8 +245,14 @@ async def test_a_job_that_ignores_sigterm_is_killed_after_its_grace(
 ) -> None:
     h = await _open(backend, tmp_path)
     c = await h.root()
-    job = await c.start_job(("sh", "-c", f"trap '' TERM; sleep {FOREVER}"), grace=0.3)
+    trapped = tmp_path / "trapped"
+    job = await c.start_job(
+        ("sh", "-c", f"trap '' TERM; touch '{trapped}'; sleep {FOREVER}"), grace=0.3
+    )
     await _running(h, job)
+    # Aborted only once the shell ignores SIGTERM: a SIGTERM before its trap is installed
+    # would end it with 15 (a race the suite lost once on a fast machine).
+    await _until(trapped.exists)
     started = time.monotonic()
     await c.abort_background(job)
     done = await h.wait_for(job, timeout=TIMEOUT)
