@@ -45,7 +45,6 @@ from pico.domain.errors import (
 from pico.domain.exchange import EntryRef
 from pico.domain.ids import (
     MAX_ID,
-    MAX_SEQ,
     check_id,
     check_ids,
     check_optional_id,
@@ -135,19 +134,14 @@ class Command:
             raise CommandRejectedError(
                 "this command has finished; a builder's transaction cannot be used after it returns"
             )
-        # ``Session.next_seq`` inline (every mutation peeks and allocates): the session
-        # raises only when the sequence is exhausted.
-        seq = self._line.session.head + self._allocated + 1
-        if seq > MAX_SEQ:
-            self._line.session.next_seq(self._allocated)
+        seq = self._line.session.next_seq(self._allocated)
         if self._first is None:
             self._first = seq
         self._allocated += 1
         return seq
 
     def _peek(self) -> int:
-        seq = self._line.session.head + self._allocated + 1
-        return seq if seq <= MAX_SEQ else self._line.session.next_seq(self._allocated)
+        return self._line.session.next_seq(self._allocated)
 
     def _main_only(self, what: str) -> None:
         if self.working is not None:

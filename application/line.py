@@ -14,7 +14,7 @@ import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from eventsourcing.domain import Aggregate
@@ -60,6 +60,16 @@ FLUSH_WINDOW = 0.002
 #: Every this many commands a line lets the event loop run other coroutines: other work
 #: waits at most this many commands behind a task running commands back to back.
 YIELD_EVERY = 4
+
+
+def _keep(cache: OrderedDict[int, Any], items: Iterable[tuple[int, Any]]) -> None:
+    """Put ``items`` (id, aggregate) in ``cache`` as the most recently used; keep at most
+    ``CACHE_SIZE`` (a save's touched aggregates go in with one call, not one each)."""
+    for key, value in items:
+        cache[key] = value
+        cache.move_to_end(key)
+    while len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
 
 
 class CommandLine:
@@ -242,16 +252,10 @@ class CommandLine:
         return None if task is None else task.role
 
     def _remember_task(self, task: Task) -> None:
-        self._task_cache[task.task_id] = task
-        self._task_cache.move_to_end(task.task_id)
-        while len(self._task_cache) > CACHE_SIZE:
-            self._task_cache.popitem(last=False)
+        _keep(self._task_cache, ((task.task_id, task),))
 
     def _remember(self, conv: Conversation) -> None:
-        self._cache[conv.conversation_id] = conv
-        self._cache.move_to_end(conv.conversation_id)
-        while len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
+        _keep(self._cache, ((conv.conversation_id, conv),))
 
     # ------------------------------------------------------------------ commands
     async def run(
@@ -291,13 +295,7 @@ class CommandLine:
             else:
                 lock.held = True
             try:
-                if (
-                    self.closed
-                    or self.faulted is not None
-                    or self.read_only
-                    or self.admission is not None
-                ):
-                    self.check_usable(write=True)  # refuses (or admits) as it says
+                self.check_usable(write=True)
                 stamp = stamp_command()  # one timestamp for the command's events
                 try:
                     tx = self._building = Command(self, working=working)
@@ -314,8 +312,8 @@ class CommandLine:
                         raise
                     finally:
                         self._building = None
-                        tx._sealed = True  # tx.seal(), inline (as tx._first below)
-                    if tx._first is None:
+                        tx.seal()
+                    if tx.first is None:
                         return result  # no mutations: nothing is committed
                     self._persist(
                         tx,
@@ -373,9 +371,8 @@ class CommandLine:
             self._task_cache.pop(tid, None)
 
     def _persist(self, tx: Command, *, defer: bool = False, span: Any = None) -> None:
-        first = tx._first  # tx.first and tx.last, without their property calls
-        assert first is not None
-        last = first + tx._allocated - 1
+        first, last = tx.first, tx.last
+        assert first is not None and last is not None
         scope = MAIN if tx.working is None else tx.working.scope_id
         try:
             for op in tx.session_ops:
@@ -405,20 +402,8 @@ class CommandLine:
             raise PersistenceUncertainError(self.session_id, exc) from exc
         if saved is not None:
             saved(tx, events)
-        # What _remember and _remember_task do, inline (~1.5 tasks and ~0.5 conversations
-        # a command, a call each).
-        cache = self._cache
-        for conv in tx.touched.values():
-            cache[conv.conversation_id] = conv
-            cache.move_to_end(conv.conversation_id)
-        while len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)
-        tasks = self._task_cache
-        for task in tx.touched_tasks.values():
-            tasks[task.task_id] = task
-            tasks.move_to_end(task.task_id)
-        while len(tasks) > CACHE_SIZE:
-            tasks.popitem(last=False)
+        _keep(self._cache, tx.touched.items())  # by id, as _remember keeps one
+        _keep(self._task_cache, tx.touched_tasks.items())
         if len(self.policies) + len(tx.policies) > POLICY_CACHE_SIZE:
             self.policies.clear()
         self.policies.update(tx.policies)

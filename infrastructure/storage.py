@@ -256,17 +256,7 @@ class EventSourcedStorage:
             self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
-        due = []
-        for aggregate, n in counts:
-            # Most saves cross no multiple of the interval: that test inline (the
-            # aggregate's ``version`` property is a Python call an aggregate).
-            version = aggregate._version
-            if (
-                n
-                and version // SNAPSHOT_INTERVAL != (version - n) // SNAPSHOT_INTERVAL
-                and _snapshot_due(aggregate, n)
-            ):
-                due.append((aggregate, n))
+        due = [(a, n) for a, n in counts if _snapshot_due(a, a._version, n)]
         if due and defer:
             # A snapshot is written on its own connection, after the batch it covers:
             # commit the batch here, where a failure reaches the caller (it is uncertain).
@@ -401,8 +391,10 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
-def _snapshot_due(aggregate: Aggregate, new_events: int) -> bool:
-    version = aggregate.version
+def _snapshot_due(aggregate: Aggregate, version: int, new_events: int) -> bool:
+    """Did a save of ``new_events`` that left ``aggregate`` at ``version`` (its
+    ``_version``: the property is a Python call a save) cross a multiple of the
+    aggregate's snapshot interval?"""
     if (
         not new_events
         or version // SNAPSHOT_INTERVAL == (version - new_events) // SNAPSHOT_INTERVAL

@@ -28,6 +28,7 @@ __all__ = [
     "ReplacePrefix",
     "ResetContext",
     "RowOp",
+    "make_row",
     "project",
 ]
 
@@ -229,10 +230,10 @@ RowOp: TypeAlias = (
 
 
 # Row ops are named tuples: ~4 per command, and a frozen dataclass's __init__ costs ~8x.
-# The frequent ones are made with ``_row(Class, (fields...))``: a named tuple's own
+# The frequent ones are made with ``make_row(Class, (fields...))``: a named tuple's own
 # ``__new__`` is a Python function (a call a row), ``tuple.__new__`` is C, and the tuple
 # is the same.
-_row = tuple.__new__
+make_row = tuple.__new__
 
 
 _LAST = 1 << 62
@@ -259,10 +260,10 @@ def project(events: Iterable[Any]) -> list[RowOp]:
     for _, _, e in keyed:
         # Most frequent first: every command commits, most patch or create a task.
         if isinstance(e, Session.Committed):
-            ops.append(_row(PutCommit, (e.first, e.last, e.scope)))
+            ops.append(make_row(PutCommit, (e.first, e.last, e.scope)))
         elif isinstance(e, Task.Patched):
             ops.append(
-                _row(
+                make_row(
                     PatchTask,
                     (
                         e.task_id,
@@ -278,7 +279,7 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             )
         elif isinstance(e, Task.Created):
             ops.append(
-                _row(
+                make_row(
                     PutTask,
                     (
                         e.task_id,
@@ -297,7 +298,7 @@ def project(events: Iterable[Any]) -> list[RowOp]:
             )
         elif isinstance(e, Conversation.EntryAppended):
             ops.append(
-                _row(
+                make_row(
                     PutEntry,
                     (
                         e.seq,
@@ -312,7 +313,9 @@ def project(events: Iterable[Any]) -> list[RowOp]:
                 )
             )
         elif isinstance(e, Conversation.ContextAppended):
-            ops.append(_row(AppendContext, (e.conversation_id, e.seq, tuple(e.ids), e.revision)))
+            ops.append(
+                make_row(AppendContext, (e.conversation_id, e.seq, tuple(e.ids), e.revision))
+            )
         elif isinstance(e, Conversation.Created):
             ops.append(
                 CreateConversation(

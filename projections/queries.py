@@ -50,6 +50,7 @@ from pico.projections.ops import (
     PutCommit,
     PutEntry,
     PutTask,
+    make_row,
 )
 
 __all__ = ["ConvRow", "EditRow", "EntryRow", "Queries", "ReadStore", "replay_context"]
@@ -742,9 +743,6 @@ class StateQueries:
 #: How many of the tasks its saves ended the owner keeps (``TaskQueries._ended``).
 ENDED_TASKS = 64
 
-#: A named tuple made in C (its own ``__new__`` is a Python function): ``_row(TaskRow, fields)``.
-_row = tuple.__new__
-
 #: The row ops that change a task record (ops.py), in the order ``next_task_row`` tests.
 TaskOp = PutTask | PatchTask | MarkTaskAbort | LinkOwned
 
@@ -756,8 +754,8 @@ def next_task_row(op: TaskOp, row: TaskRow | None) -> TaskRow:
     if isinstance(op, PatchTask):
         assert row is not None
         # Built directly, not with _replace (a status change per command, applied by the
-        # read model and the owner's mirror both), made in C (``_row``).
-        return _row(
+        # read model and the owner's mirror both), made in C (ops.py ``make_row``).
+        return make_row(
             TaskRow,
             (
                 row.id,
@@ -777,7 +775,7 @@ def next_task_row(op: TaskOp, row: TaskRow | None) -> TaskRow:
             ),
         )
     if isinstance(op, PutTask):
-        return _row(
+        return make_row(
             TaskRow,
             (
                 op.task_id,

@@ -202,15 +202,8 @@ def _layout(url: str) -> tuple[set[str], bool]:
     """The task indexes, and whether ``pico_commits`` is keyed (WITHOUT ROWID on SQLite)."""
     engine = _engine(url)
     indexes = {str(i["name"]) for i in sa.inspect(engine).get_indexes("pico_tasks")}
-    keyed = True
-    if engine.dialect.name == "sqlite":
-        with engine.connect() as conn:
-            ddl = conn.execute(
-                sa.text("SELECT sql FROM sqlite_master WHERE name = 'pico_commits'")
-            ).scalar_one()
-        keyed = "WITHOUT ROWID" in ddl.upper()
     engine.dispose()
-    return indexes, keyed
+    return indexes, _keyed(url, ("pico_commits",))["pico_commits"]
 
 
 def _fingerprint(url: str) -> bytes:

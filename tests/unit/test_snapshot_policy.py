@@ -27,18 +27,18 @@ def test_a_long_conversation_is_snapshotted_at_multiples_of_its_scaled_interval(
     conv.context = list(range(1, 4001))  # scale 4
     interval = 4 * SNAPSHOT_INTERVAL
     conv.version = interval + 1
-    assert _snapshot_due(conv, 2)  # crossed 4 x 200 with two new events
+    assert _snapshot_due(conv, conv.version, 2)  # crossed 4 x 200 with two new events
     conv.version = SNAPSHOT_INTERVAL + 1
-    assert not _snapshot_due(conv, 2)  # an unscaled multiple no longer snapshots
-    assert not _snapshot_due(conv, 0)  # nothing new: never
+    assert not _snapshot_due(conv, conv.version, 2)  # an unscaled multiple no longer snapshots
+    assert not _snapshot_due(conv, conv.version, 0)  # nothing new: never
 
 
 def test_aggregates_without_a_scale_use_the_plain_interval() -> None:
     session = Session(session_id="s")
     session.version = SNAPSHOT_INTERVAL
-    assert _snapshot_due(session, 1)
+    assert _snapshot_due(session, session.version, 1)
     session.version = SNAPSHOT_INTERVAL + 1
-    assert not _snapshot_due(session, 1)
+    assert not _snapshot_due(session, session.version, 1)
 
 
 @given(
@@ -57,4 +57,4 @@ def test_a_snapshot_is_due_exactly_when_a_multiple_of_the_scaled_interval_was_re
     conv.version = version
     interval = SNAPSHOT_INTERVAL * conv.snapshot_scale
     reached = any(v % interval == 0 for v in range(max(version - new + 1, 0), version + 1))
-    assert _snapshot_due(conv, new) == (new > 0 and reached)
+    assert _snapshot_due(conv, conv.version, new) == (new > 0 and reached)
