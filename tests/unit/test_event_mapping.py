@@ -4,12 +4,16 @@ anything it cannot vouch for goes through the transcoder."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, Mapper, StoredEvent, UUIDAsHex
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from pico.domain.conversation import Conversation
 from pico.domain.exchange import EntryRef
@@ -149,3 +153,107 @@ def test_a_decoded_body_with_its_fields_in_another_order_is_stored_in_that_order
 
 def _compact(state: dict[str, Any]) -> bytes:
     return json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ----------------------------------------------------------------- not-plain events
+def _long_conversation() -> Conversation:
+    """A conversation whose snapshot copies a context of entries and tool exchanges."""
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    seq = 1
+    for turn in range(20):
+        seq += 1
+        conv.append_entry(
+            seq=seq, kind="user", content=f"turn {turn} é", metadata=None, key=None,
+            by_task_id=None,
+        )  # fmt: skip
+        conv.append_context(seq=seq + 1, ids=[seq], refs={seq: EntryRef(seq, 1)})
+        seq += 1
+    conv.collect_events()
+    return conv
+
+
+def _spy(mapper: Mapper[UUID]) -> list[Any]:
+    """Every value the mapper's transcoder is asked to encode."""
+    seen: list[Any] = []
+    encode = mapper.transcoder.encode
+
+    def spy(obj: Any) -> bytes:
+        seen.append(obj)
+        return encode(obj)
+
+    mapper.transcoder.encode = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_conversations_snapshot_is_written_as_the_transcoder_would_without_it() -> None:
+    """A snapshot (no plain class: its state is whatever the aggregate holds) is written
+    byte for byte as the library's mapper writes it, its datetimes tagged, and without
+    the transcoder when every value below the top level is plain JSON."""
+    conv = _long_conversation()
+    snapshot = Conversation.Snapshot.take(conv)
+    fast, reference = make_mapper(), _reference()
+    transcoded = _spy(fast)
+    stored = fast.to_stored_event(snapshot)
+    assert transcoded == []  # the fast way
+    assert stored == reference.to_stored_event(snapshot)
+    assert stored.state.count(b'"_type_":"datetime_iso"') == 3  # timestamp, created, modified
+    again = reference.to_domain_event(stored)
+    assert again.mutate(None).context == conv.context  # type: ignore[attr-defined]
+
+
+def test_an_event_with_a_uuid_field_is_written_tagged_without_the_transcoder() -> None:
+    agg = Linked()
+    agg.note(uuid4())
+    noted = agg.collect_events()[-1]
+    fast = make_mapper()
+    transcoded = _spy(fast)
+    assert fast.to_stored_event(noted) == _reference().to_stored_event(noted)
+    assert transcoded == []
+
+
+_JSONISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.uuids()
+    | st.datetimes(timezones=st.just(UTC)),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+        | st.dictionaries(st.integers(0, 9), inner, max_size=2)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=st.dictionaries(st.text(max_size=6), _JSONISH, max_size=6))
+@example(state={"small": [1e-07]})  # Python's spelling; pydantic-core writes 1e-7
+@example(state={"far": {"up": float("inf"), "down": -float("inf"), "none": float("nan")}})
+@example(state={"ids": {"a": [1, True, None, "\x00\u2028é"]}, "at": [uuid4()]})
+def test_a_snapshot_of_any_state_is_written_as_the_library_writes_it(state: dict[str, Any]) -> None:
+    """Whatever a state holds (floats, tuples, int keys, UUIDs and datetimes at any depth,
+    control characters, lone surrogates), the mapper writes the library's bytes or fails
+    as the library fails: the fast way never writes a body of its own, but for a float's
+    exponent spelled without its leading zero (``1e-7`` for ``1e-07``), as plain events
+    write it: the same value."""
+    conv = _long_conversation()
+    snapshot = Conversation.Snapshot.take(conv)
+    object.__setattr__(snapshot, "state", {**snapshot.state, **state})
+    try:
+        expected: StoredEvent | type[BaseException] = _reference().to_stored_event(snapshot)
+    except Exception as exc:
+        expected = type(exc)
+    try:
+        stored: StoredEvent | type[BaseException] = make_mapper().to_stored_event(snapshot)
+    except Exception as exc:
+        stored = type(exc)
+    if isinstance(stored, StoredEvent) and isinstance(expected, StoredEvent):
+        respelled = re.sub(rb"(\de-)(\d)(?!\d)", rb"\g<1>0\2", stored.state)
+        assert stored.state == expected.state or respelled == expected.state
+        assert (stored.originator_id, stored.topic) == (expected.originator_id, expected.topic)
+    else:
+        assert stored == expected
