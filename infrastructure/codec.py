@@ -21,7 +21,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
@@ -183,9 +183,9 @@ class _PlainEventMapper(Mapper[UUID]):
         copies its whole context) as the library's mapper writes it, in a quarter of the
         time on a long conversation: the values the transcoder would tag (a datetime, a
         UUID) at the body's top level and its state's are tagged here, and pydantic-core
-        writes the rest, checking each value's type as plain JSON (``_JSON_VALUES``). Any
-        other value anywhere (a UUID deeper down, a tuple, a dict with int keys) sends the
-        event the library's way."""
+        writes the rest once it is known to be plain JSON (``_plain_json``). Any other
+        value anywhere (a UUID deeper down, a tuple, an ``IntEnum``, a dict with int keys)
+        sends the event the library's way."""
         if self.compressor is not None or self.cipher is not None:
             return super().to_stored_event(domain_event)
         body = dict(vars(domain_event))
@@ -197,9 +197,13 @@ class _PlainEventMapper(Mapper[UUID]):
         state = body.get("state")
         if type(state) is dict:
             body["state"] = self._tag(state)
+        body = self._tag(body)
+        if not _plain_json(body.values()):  # not plain JSON: the transcoder decides
+            return super().to_stored_event(domain_event)
         try:
-            data = _JSON_VALUES.to_json(self._tag(body), warnings="error")
-        except Exception:  # not plain JSON below the top level: the transcoder decides
+            # NaN and the infinities as ``json`` writes them, not null.
+            data = pydantic_core.to_json(body, inf_nan_mode="constants")
+        except Exception:  # e.g. a lone surrogate: the transcoder decides (and explains)
             return super().to_stored_event(domain_event)
         return stored_event(originator_id, originator_version, get_topic(type(domain_event)), data)
 
@@ -299,38 +303,39 @@ def _upcast(cls: Any, state: dict[str, Any]) -> None:
         stored += 1
 
 
-def _json_values() -> SchemaSerializer:
-    """A serializer of plain JSON values that refuses (``warnings="error"``) anything not
-    an ``int``, ``float``, ``str``, ``bool``, ``None``, ``list`` or ``dict`` with ``str``
-    keys, at any depth: what it writes is then what the library's ``json`` encoder writes
-    (insertion order, no ASCII escaping, ``true`` for a bool, ``Infinity`` and ``NaN``,
-    an ``IntEnum`` or a ``str`` subclass as its value), but for a float's spelling, as
-    for plain events: Python writes ``1e-07`` where pydantic-core writes ``1e-7``, the
-    same value."""
-    value = core_schema.definition_reference_schema("json")
-    return SchemaSerializer(
-        core_schema.definitions_schema(
-            value,
-            [
-                core_schema.union_schema(
-                    [
-                        core_schema.int_schema(strict=True),  # first: a context's ids
-                        core_schema.str_schema(strict=True),
-                        core_schema.bool_schema(strict=True),
-                        core_schema.none_schema(),
-                        core_schema.float_schema(strict=True),
-                        core_schema.list_schema(value),
-                        core_schema.dict_schema(core_schema.str_schema(strict=True), value),
-                    ],
-                    ref="json",
-                )
-            ],
-        ),
-        config={"ser_json_inf_nan": "constants"},  # as json writes them, not null
-    )
+#: The exact types a plain JSON value is made of: pydantic-core's inference writes each as
+#: the library's ``json`` encoder does (a float's exponent aside, ``_plain_json``).
+_SCALARS = frozenset({str, int, bool, float, type(None)})
+_CONTAINERS = _SCALARS | {list, dict}
+_KEYS = frozenset({str})
+#: Deeper than this, a value is left to the transcoder (which has its own limit).
+_PLAIN_DEPTH = 64
 
 
-_JSON_VALUES = _json_values()
+def _plain_json(values: Collection[Any], depth: int = 0) -> bool:
+    """Are ``values`` plain JSON of exact built-in types, at any depth: ``str``, ``int``,
+    ``bool``, ``float``, ``None``, ``list`` and ``dict`` with ``str`` keys? Then
+    ``pydantic_core.to_json`` writes them as the library's ``json`` encoder does (insertion
+    order, no ASCII escaping), but for a float's spelling, as for plain events: Python
+    writes ``1e-07`` where pydantic-core writes ``1e-7``, the same value. Anything else (a
+    UUID or datetime, a tuple, a subclass such as an ``IntEnum``, a key that is not a
+    ``str``: pydantic-core writes ``None`` as ``"None"`` where ``json`` writes ``"null"``)
+    is False. The types of a list's or a dict's members are collected in C (``map``), so
+    a long context of ids is checked without a Python step an id."""
+    kinds = set(map(type, values))
+    if kinds <= _SCALARS:
+        return True
+    if not kinds <= _CONTAINERS or depth >= _PLAIN_DEPTH:
+        return False
+    for value in values:
+        kind = type(value)
+        if kind is dict:
+            if not (set(map(type, value)) <= _KEYS and _plain_json(value.values(), depth + 1)):
+                return False
+        elif kind is list and not _plain_json(value, depth + 1):
+            return False
+    return True
+
 
 #: The fields every stored body leaves out (the record's columns) or writes first (the
 #: timestamp, transcoded).
