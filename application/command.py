@@ -54,6 +54,7 @@ from pico.domain.json import JsonValue, check_json, dumps, loads
 from pico.domain.session import Session
 from pico.domain.state import (
     REQUEST_INPUT_NAMESPACE,
+    RESERVED_PREFIX,
     SESSION_SCOPE,
     StateWrite,
     check_namespace,
@@ -508,6 +509,21 @@ class Command:
         self._alloc()
         self.policies[policy] = address.rewind
         return seq
+
+    def made_here(self, address: Address[Any], position: int) -> None:
+        """For pico's built-in flows: ``address`` (in a reserved ``pico.`` namespace) is
+        keyed by ``position``, which this command allocated, so no earlier command wrote
+        it and this command's write establishes its rewind policy: nothing to read from
+        the store (on SQLite a read transaction). Any other position changes nothing: the
+        write reads the policy as usual."""
+        first = self._first
+        if (
+            first is not None
+            and first <= position < first + self._allocated
+            and address.namespace.startswith(RESERVED_PREFIX)
+        ):
+            policy = (address.scope_kind, address.kind, address.namespace, address.storage_key)
+            self.policies.setdefault(policy, address.rewind)
 
     @staticmethod
     def _kind(address: Address[Any], kind: str, what: str) -> None:

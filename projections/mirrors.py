@@ -1,11 +1,13 @@
 """What the session's owner keeps of its own read model beside the live-task mirror
 (``TaskQueries``), so the reads of a turn ask the store nothing: the tails of its
 conversations' contexts (a generation request projects the elements appended since the last
-one) and the values under a namespace prefix (the input queues, read at every placement).
+one), the values under a namespace prefix (the input queues, read at every placement) and
+the current values it wrote itself (an input's result, read when its turn ends).
 Kept where each read is a statement (SQLite: storage.py ``own_tasks``); the memory read
 model answers them as cheaply itself.
 
-Each is loaded from the store on first use and then kept by the row ops of every batch the
+Each (but the written values, which start empty) is loaded from the store on first use
+and then kept by the row ops of every batch the
 owner saves (``track``), exactly as the store applies them. Both are good only while the
 live-task mirror's ``generation`` is the one they were loaded under (``TaskQueries.fresh``):
 it moves when that mirror's token says someone else changed the store (another handle
@@ -30,7 +32,7 @@ from pico.projections.ops import (
     RetireWorking,
 )
 
-__all__ = ["ContextTails", "Freshness", "PrefixValues", "ValueRow"]
+__all__ = ["ContextTails", "Freshness", "PrefixValues", "ValueRow", "WrittenValues"]
 
 #: The live-task mirror's generation, or None without a mirror (``TaskQueries.fresh``).
 Freshness = Callable[[], int | None]
@@ -42,6 +44,8 @@ TAIL_ELEMENTS = 256
 #: a long queue, is read from the store each time).
 PREFIX_SCOPES = 64
 PREFIX_VALUES = 1000
+#: How many current values the owner keeps of those it wrote (past it, it starts over).
+WRITTEN_VALUES = 1024
 
 #: A value row as the store scans it: (namespace, key, seq, JSON text).
 ValueRow = tuple[str, str, int, str]
@@ -156,6 +160,59 @@ class ContextTails:
 
 
 _CONTEXT_RESETS = (ReplacePrefix, ResetContext, CreateConversation, DeleteConversation)
+
+
+class WrittenValues:
+    """The current (sticky, session, working) values the owner's saves wrote, per scope,
+    as ``ReadStore.current_value`` answers them: ``(seq, JSON text)``, or None for a
+    deleted value. Nothing is loaded: a value it did not see written is read from the
+    store. A retired working scope is dropped whole (its values are the store's again)."""
+
+    def __init__(self, fresh: Freshness) -> None:
+        self._scopes: dict[str, dict[tuple[str, str], tuple[int, str] | None]] = {}
+        self._count = 0
+        self._generation = _Generation(fresh, self._clear)
+
+    def _clear(self) -> None:
+        self._scopes.clear()
+        self._count = 0
+
+    def current(self) -> int | None:
+        """Whether what it keeps may answer now (None: read the store)."""
+        return self._generation.current()
+
+    def get(self, scope: str, namespace: str, key: str) -> tuple[bool, tuple[int, str] | None]:
+        """(kept, the value or None when deleted); (False, None): ask the store."""
+        values = self._scopes.get(scope)
+        if values is None or (namespace, key) not in values:
+            return False, None
+        if self._generation.current() is None or scope not in self._scopes:
+            return False, None  # no mirror now, or another writer moved it: all dropped
+        return True, values[(namespace, key)]
+
+    def track(self, ops: Sequence[object]) -> None:
+        for op in ops:
+            if type(op) is PutValue:
+                self._keep(op.scope, op.namespace, op.key, (op.seq, op.value))
+            elif type(op) is DropValue:
+                self._keep(op.scope, op.namespace, op.key, None)
+            elif type(op) is RetireWorking:
+                dropped = self._scopes.pop(op.scope, None)
+                if dropped is not None:
+                    self._count -= len(dropped)
+
+    def _keep(self, scope: str, namespace: str, key: str, value: tuple[int, str] | None) -> None:
+        values = self._scopes.get(scope)
+        if values is None:
+            values = self._scopes[scope] = {}
+        k = (namespace, key)
+        if k not in values:
+            self._count += 1
+            if self._count > WRITTEN_VALUES:  # bounded: start over
+                self._clear()
+                values = self._scopes[scope] = {}
+                self._count = 1
+        values[k] = value
 
 
 def under(prefix: str, namespace: str, key: str) -> bool:

@@ -42,7 +42,14 @@ from pico.domain.values import (
     ValueItem,
     ValuePage,
 )
-from pico.projections.mirrors import ContextTails, Freshness, PrefixValues, ValueRow, under
+from pico.projections.mirrors import (
+    ContextTails,
+    Freshness,
+    PrefixValues,
+    ValueRow,
+    WrittenValues,
+    under,
+)
 from pico.projections.ops import (
     LinkOwned,
     MarkTaskAbort,
@@ -562,16 +569,22 @@ class StateQueries:
         self.known_head: Callable[[], int | None] | None = None
         #: The owner's values under a prefix (``own_prefixes``; None: scans ask the store).
         self._prefixed: PrefixValues | None = None
+        #: The current values the owner wrote (``own_prefixes``; None: reads ask the store).
+        self._written: WrittenValues | None = None
 
     def own_prefixes(self, fresh: Freshness | None) -> None:
-        """Keep the owner's values under a prefix (``values_under``) while ``fresh`` says
-        its mirrors are good (None: stop keeping them)."""
+        """Keep the owner's values under a prefix (``values_under``) and the current values
+        it writes (``get_value``) while ``fresh`` says its mirrors are good (None: stop
+        keeping them)."""
         self._prefixed = None if fresh is None else PrefixValues(fresh)
+        self._written = None if fresh is None else WrittenValues(fresh)
 
     def track(self, ops: Sequence[object]) -> None:
         """Apply a saved batch's value ops to what the owner keeps."""
         if self._prefixed is not None:
             self._prefixed.track(ops)
+        if self._written is not None:
+            self._written.track(ops)
 
     def _cutoff(self, as_of: int | None) -> int:
         meta = self.store.meta()
@@ -610,14 +623,20 @@ class StateQueries:
     ) -> tuple[int, str] | None:
         check_optional_position(as_of, "as_of")
         conversation = _conversation_of(scope)
-        with self.store.read():
-            if not (rewind and conversation is not None):
-                if as_of is not None:
-                    raise HistoricalReadError(
-                        f"{namespace!r} in {scope} is sticky or working state, which has no "
-                        "history; read it without as_of"
-                    )
+        if not (rewind and conversation is not None):
+            if as_of is not None:
+                raise HistoricalReadError(
+                    f"{namespace!r} in {scope} is sticky or working state, which has no "
+                    "history; read it without as_of"
+                )
+            written = self._written
+            if written is not None:
+                kept, value = written.get(scope, namespace, key)
+                if kept:
+                    return value
+            with self.store.read():
                 return self.store.current_value(scope, namespace, key)
+        with self.store.read():
             levels = self._state_levels(conversation, self._cutoff(as_of))
             for found in self.store.value_versions(levels, namespace, key):
                 if found is not None:  # the nearest level with a version decides

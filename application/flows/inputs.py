@@ -163,4 +163,6 @@ MAX_CONVERSATION_PAGE = 1000
 def set_results(tx: Command, inputs: Sequence[int], result: JsonObject) -> None:
     with tx.core():  # results live in core-owned session values
         for input_id in inputs:
-            tx.set_value(input_result_address(input_id), result)
+            address = input_result_address(input_id)
+            tx.made_here(address, input_id)  # an input this command accepted: a new key
+            tx.set_value(address, result)

@@ -189,6 +189,15 @@ def _check_tails_and_queues(storage: EventSourcedStorage) -> int:
                     with rows.read():
                         assert kept == rows.context_tail(cid, p), (cid, p)
                     checked += 1
+    written = storage.state_queries._written
+    if written is not None and written.current() is not None:
+        for scope, values in list(written._scopes.items()):
+            for namespace, key in list(values):
+                kept_value = written.get(scope, namespace, key)
+                assert kept_value[0], (scope, namespace, key)
+                with rows.read():
+                    assert kept_value[1] == rows.current_value(scope, namespace, key)
+                checked += 1
     prefixed = storage.state_queries._prefixed
     if prefixed is not None and prefixed.current() is not None:
         for scope, prefixes in list(prefixed._scopes.items()):
@@ -514,16 +523,28 @@ async def test_an_owners_prompt_reads_no_session_row_and_no_live_task_rows(
     h = await _open(backend, provider=pico.FauxProvider(["one", "two"]))
     c = await h.root()
     await c.prompt("first")  # the mirror loads
-    names = ("meta", "scan_task_rows", "task_rows", "entry_rows", "context_tail", "scan_values")
+    names = (
+        "meta",
+        "scan_task_rows",
+        "task_rows",
+        "entry_rows",
+        "context_tail",
+        "scan_values",
+        "address_policy",
+        "current_value",
+    )
     with _store_reads(_storage(h), names) as calls:
         _, result = await c.prompt("second")
     assert result is not None and result.status == "done"
     if backend.name == "sqlite":
-        assert calls == {}  # the context projection's new entries: the owner's own, kept
+        # The context projection's new entries: the owner's own, kept. The input's result:
+        # a new key (no policy to read), then read back from what the owner wrote.
+        assert calls == {}
     elif backend.name != "postgresql":  # memory, JSONL: the read model answers itself
         assert calls.get("entry_rows", 0) >= 1
     else:
         assert calls.get("meta", 0) >= 1 and calls.get("scan_task_rows", 0) >= 1
+        assert calls.get("current_value", 0) >= 1  # the result, read from the store
     await h.close()
 
 
@@ -685,15 +706,22 @@ async def test_a_batch_sqlite_rolled_back_by_itself_is_not_served_by_the_mirrors
     assert storage.task_queries.live_tasks() == []  # the mirrors load
     assert storage.queries.context_tail(c.id, None) == (0, [])
     assert storage.state_queries.values_under(scope, "pico.queue.") == []
+    written = storage.state_queries._written
+    assert written is not None and written.current() is not None  # keeps what it writes
 
     entry = await line.run(_lost_work(c.id), defer=True)
+    queued = queue_address("write", entry)
+    value = (scope, queued.namespace, queued.storage_key)
     assert len(storage.task_queries.live_tasks()) == 1  # the owner's own deferred batch
     assert storage.queries.context_tail(c.id, None) == (0, [(0, entry)])
     assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1
+    assert written.get(*value)[0]  # kept: what it wrote
+    assert storage.state_queries.get_value(*value, rewind=False) is not None
     storage.recorder.writer.connection().execute("ROLLBACK")  # type: ignore[attr-defined]
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
     assert storage.queries.context_tail(c.id, 0) == (0, [])
     assert storage.state_queries.values_under(scope, "pico.queue.") == []
+    assert storage.state_queries.get_value(*value, rewind=False) is None
     line.fault("test: done")
     await h.close()
 

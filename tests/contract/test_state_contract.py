@@ -174,6 +174,69 @@ async def test_the_owner_remembers_committed_policies_and_forgets_a_failed_comma
     await h.close()
 
 
+async def test_an_address_keyed_by_what_the_command_made_reads_no_policy(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Command.made_here``: a reserved address keyed by a position this command allocated
+    cannot have been written before, so its write reads no policy; any other position or a
+    namespace outside ``pico.`` reads it as usual, and the policy check still holds."""
+    h = await backend.open()
+    c = await h.root()
+    lookups: list[tuple[str, ...]] = []
+    state = h._line.storage.state
+    real = state.address_policy
+
+    def counted(*address: str) -> bool | None:
+        lookups.append(address)
+        return real(*address)
+
+    monkeypatch.setattr(state, "address_policy", counted)
+
+    def made(namespace: str, *, earlier: int | None = None) -> Callable[[Command], int]:
+        def build(tx: Command) -> int:
+            entry = tx.append_entry(c.id, "user", "made here")
+            position = entry if earlier is None else earlier
+            address = pico.session_value(namespace, str, key=f"{position:016d}")
+            with tx.core():
+                tx.made_here(address, position)
+                tx.set_value(address, "v")
+            return entry
+
+        return build
+
+    first = await h.command(made("pico.test-made"))
+    assert lookups == []  # the entry this command made keys the address: nothing to read
+    await h.command(made("pico.test-made", earlier=first - 1))
+    assert [a[2:] for a in lookups] == [("pico.test-made", f"{first - 1:016d}")]
+    lookups.clear()
+    await h.command(made("app.test-made"))  # not pico's: a user may have written that key
+    assert [a[2] for a in lookups] == ["app.test-made"]
+    lookups.clear()
+    # An address keyed by an earlier position, established with another policy, is still
+    # refused: made_here does not take the position's word for it.
+    key = f"{first:016d}"
+    sticky = pico.conversation_value("pico.test-kept", str, rewind=False, key=key)
+    rewound = pico.conversation_value("pico.test-kept", str, key=key)
+
+    def establish(tx: Command) -> None:
+        with tx.core():
+            tx.set_value(sticky, "x", conversation_id=c.id)
+
+    await h.command(establish)
+    head = h.head()
+
+    def conflicting(tx: Command) -> None:
+        tx.append_entry(c.id, "user", "later")
+        with tx.core():
+            tx.made_here(rewound, first)  # first was made by an earlier command
+            tx.set_value(rewound, "y", conversation_id=c.id)
+
+    with pytest.raises(pico.AddressPolicyError):
+        await h.command(conflicting)
+    assert h.head() == head
+    await h.close()
+
+
 async def test_session_state_is_shared_and_scannable(backend: Backend) -> None:
     h = await backend.open()
     await h.set_value(NAME, "parser work")

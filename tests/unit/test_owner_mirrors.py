@@ -1,11 +1,12 @@
-"""The owner's context tails and values under a prefix (projections/mirrors.py) on their
-own: what a kept tail can answer and what it must leave to the store, the bounds, and that
-a new generation of the live-task mirror drops everything kept under the old one."""
+"""The owner's context tails, values under a prefix and written values
+(projections/mirrors.py) on their own: what a kept tail can answer and what it must leave
+to the store, the bounds, and that a new generation of the live-task mirror drops
+everything kept under the old one."""
 
 from __future__ import annotations
 
 from pico.projections import mirrors
-from pico.projections.mirrors import ContextTails, PrefixValues
+from pico.projections.mirrors import ContextTails, PrefixValues, WrittenValues
 from pico.projections.ops import (
     AppendContext,
     DropValue,
@@ -114,3 +115,54 @@ def test_a_value_set_past_its_bound_is_left_to_the_store() -> None:
     assert values.get("conversation:1", "pico.queue.") == many[:-1]
     values.track([PutValue("conversation:1", "pico.queue.steer", "9999", 9999, "{}")])
     assert values.get("conversation:1", "pico.queue.") is None  # grew past it: dropped
+
+
+def test_written_values_answer_what_was_written_and_nothing_else() -> None:
+    values = WrittenValues(_fresh([1]))
+    assert values.get("session", "pico.input-result", "01") == (False, None)  # never loads
+    assert values.current() == 1
+    values.track(
+        [
+            PutValue("session", "pico.input-result", "01", 5, '{"status":"running"}'),
+            PutValue("conversation/1", "app.note", "", 6, '"a"'),
+            PutValue("working/w", "app.frame", "x", 7, "[]"),
+            PutValue("session", "pico.input-result", "01", 8, '{"status":"done"}'),
+            DropValue("conversation/1", "app.note", ""),
+            RetireWorking("working/w", 9),
+        ]
+    )
+    assert values.get("session", "pico.input-result", "01") == (True, (8, '{"status":"done"}'))
+    assert values.get("conversation/1", "app.note", "") == (True, None)  # deleted: absent
+    assert values.get("working/w", "app.frame", "x") == (False, None)  # retired: the store's
+    assert values.get("session", "pico.input-result", "02") == (False, None)
+    assert values._count == 2
+
+
+def test_written_values_are_dropped_by_a_new_generation_and_answer_nothing_without_one() -> None:
+    generation: list[int | None] = [1]
+    values = WrittenValues(_fresh(generation))
+    values.track([PutValue("session", "app.v", "", 3, "1")])
+    # Kept before any read: the first read's generation is not the one it was kept under.
+    assert values.get("session", "app.v", "") == (False, None)
+    values.track([PutValue("session", "app.v", "", 4, "2")])
+    assert values.get("session", "app.v", "") == (True, (4, "2"))
+    generation[0] = 2  # another writer changed the store, or the owner's batch was lost
+    assert values.get("session", "app.v", "") == (False, None)
+    assert values._scopes == {} and values._count == 0
+    values.track([PutValue("session", "app.v", "", 5, "3")])
+    generation[0] = None  # no mirror
+    assert values.get("session", "app.v", "") == (False, None)
+
+
+def test_written_values_start_over_past_their_bound() -> None:
+    values = WrittenValues(_fresh([1]))
+    assert values.current() == 1
+    values.track(
+        [PutValue("session", "app.v", f"{i:05d}", i, "0") for i in range(mirrors.WRITTEN_VALUES)]
+    )
+    assert values._count == mirrors.WRITTEN_VALUES
+    assert values.get("session", "app.v", "00000") == (True, (0, "0"))
+    values.track([PutValue("conversation/1", "app.v", "new", 9999, "1")])
+    assert values._count == 1  # one past the bound: everything else left to the store
+    assert values.get("session", "app.v", "00000") == (False, None)
+    assert values.get("conversation/1", "app.v", "new") == (True, (9999, "1"))
