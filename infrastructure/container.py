@@ -155,7 +155,15 @@ def build_storage(settings: PicoSettings) -> Storage:
     return EventSourcedStorage(
         sid,
         events=events,
-        snapshots=SqlRecorder(db, table=schema.snapshots),
+        # SQLite: snapshots are written on the events' connection, after the batch they
+        # cover (storage.py ``save``). A commit from another connection would move its
+        # ``PRAGMA data_version`` (the owner's mirrors would all be read again, as after
+        # another writer's change) and empty its page cache.
+        snapshots=SqlRecorder(
+            db,
+            table=schema.snapshots,
+            writer=events.writer if db.dialect == "sqlite" else None,
+        ),
         # Reads on the writing thread share the writer's warm connection (SQLite).
         read_store=SqlReadStore(db, sid, writer=events.writer),
         on_close=release,

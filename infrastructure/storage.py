@@ -258,7 +258,7 @@ class EventSourcedStorage:
             counts[-1][0].link = link  # type: ignore[attr-defined]
         due = [(a, n) for a, n in counts if _snapshot_due(a, a._version, n)]
         if due and defer:
-            # A snapshot is written on its own connection, after the batch it covers:
+            # A snapshot is written in its own transaction, after the batch it covers:
             # commit the batch here, where a failure reaches the caller (it is uncertain).
             self.flush()
         for aggregate, _ in due:

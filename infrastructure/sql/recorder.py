@@ -71,11 +71,15 @@ class SqlRecorder(AggregateRecorder):
     DBAPI connection (the session has one writer); reads use SQLAlchemy Core.
     """
 
-    def __init__(self, db: SqlDatabase, *, table: sa.Table = t.events) -> None:
+    def __init__(
+        self, db: SqlDatabase, *, table: sa.Table = t.events, writer: RawWriter | None = None
+    ) -> None:
         self.db = db
         self.table = table
         self.is_events = table is t.events
-        self._writer = db.raw_writer()
+        #: ``writer``: another recorder's, shared (SQLite's snapshots write on the events'
+        #: connection: see container.py).
+        self._writer = db.raw_writer() if writer is None else writer
         #: PostgreSQL: every event batch ends its transaction with a NOTIFY on the
         #: session's channel (LISTEN/NOTIFY watch wakeups); False only to measure its cost.
         self.notify_commits = db.dialect == "postgresql" and self.is_events

@@ -11,6 +11,7 @@ has no such token; there every read goes to the store, with the same answers."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from pico.application.flows.inputs import queue_address
 from pico.domain.errors import PersistenceUncertainError
 from pico.domain.json import JsonObject
 from pico.domain.state import SESSION_SCOPE, conversation_scope
+from pico.infrastructure import storage as storage_module
 from pico.infrastructure.storage import EventSourcedStorage
 from pico.projections.queries import Queries, StateQueries, TaskQueries
 from tests.backends import Backend
@@ -685,6 +687,43 @@ async def test_an_owners_tool_turn_reads_no_task_context_or_queue_rows(tmp_path:
     assert reads == {}
     ended = _storage(h).task_queries._ended
     assert len([t for t in ended.values() if t.kind == "tool"]) == 4  # both turns' tools
+    await h.close()
+
+
+async def test_an_owners_snapshot_leaves_its_mirrors_and_page_cache_alone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: the owner writes its aggregates' snapshots on its own writer's connection
+    (container.py), so a snapshot is not another connection's commit: the change token
+    stays, the mirrors keep answering (no reload of the live tasks, the tails and the
+    values it wrote) and the connection's page cache stays warm."""
+    monkeypatch.setattr(storage_module, "SNAPSHOT_INTERVAL", 10)  # one every few turns
+    path = tmp_path / "p.db"
+    h = await pico.Harness.open(
+        f"sqlite:///{path}", session="s", provider=pico.FauxProvider(["ok"] * 40)
+    )
+    c = await h.root()
+    storage = _storage(h)
+    await c.prompt("first")  # the mirrors load
+
+    def snapshots() -> int:
+        with sqlite3.connect(path) as db:
+            return int(db.execute("SELECT count(*) FROM pico_snapshots").fetchone()[0])
+
+    token, generation, before = storage.recorder.writer.change_token(), None, snapshots()  # type: ignore[attr-defined]
+    for i in range(30):
+        generation = storage.task_queries.generation
+        _, result = await c.prompt(f"turn {i}")
+        assert result is not None and result.status == "done"
+        if snapshots() > before:
+            break
+    assert snapshots() > before, "no snapshot in 30 turns: the interval moved?"
+    assert storage.recorder.writer.change_token()[1:] == token[1:]  # type: ignore[attr-defined]
+    assert storage.task_queries.generation == generation  # the turn with the snapshot
+    names = ("meta", "scan_task_rows", "task_rows", "context_tail", "scan_values", "current_value")
+    with _store_reads(storage, names) as calls:
+        _, result = await c.prompt("after the snapshot")
+    assert result is not None and calls == {}
     await h.close()
 
 
