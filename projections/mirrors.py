@@ -7,12 +7,12 @@ Kept where each read is a statement (SQLite: storage.py ``own_tasks``); the memo
 model answers them as cheaply itself.
 
 Each (but the written values, which start empty) is loaded from the store on first use
-and then kept by the row ops of every batch the
-owner saves (``track``), exactly as the store applies them. Both are good only while the
-live-task mirror's ``generation`` is the one they were loaded under (``TaskQueries.fresh``):
-it moves when that mirror's token says someone else changed the store (another handle
-claimed the session) and when the owner's own batch may have been lost (a failed save or
-flush, a claim), and then everything here is read again. Bounded: past its limit a mirror
+and then kept by the row ops of every batch the owner saves (``track``), exactly as the
+store applies them. Each is good only while the live-task mirror's ``generation`` is the
+one it was loaded under (``TaskQueries.fresh``): it moves when that mirror's token says
+someone else changed the store (another handle claimed the session) and when the owner's
+own batch may have been lost (a failed save or flush, a claim), and then everything here
+is read again. Bounded: past its limit a mirror
 starts over, and what it dropped costs one read.
 """
 

@@ -134,6 +134,20 @@ async def test_rewind_policy_and_scope_are_persisted_and_enforced(backend: Backe
     await h.close()
 
 
+def _policy_reads(h: pico.Harness, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """The addresses whose rewind policy the owner reads from its store from now on."""
+    lookups: list[tuple[str, ...]] = []
+    state = h._line.storage.state
+    real = state.address_policy
+
+    def counted(*address: str) -> bool | None:
+        lookups.append(address)
+        return real(*address)
+
+    monkeypatch.setattr(state, "address_policy", counted)
+    return lookups
+
+
 async def test_the_owner_remembers_committed_policies_and_forgets_a_failed_command(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,15 +164,7 @@ async def test_the_owner_remembers_committed_policies_and_forgets_a_failed_comma
         await h.command(establish_then_fail)
     # Check: the failed command established nothing, in storage or in the owner's memory.
     await c.set_value(rewound, True)
-    lookups: list[tuple[str, ...]] = []
-    state = h._line.storage.state
-    real = state.address_policy
-
-    def counted(*address: str) -> bool | None:
-        lookups.append(address)
-        return real(*address)
-
-    monkeypatch.setattr(state, "address_policy", counted)
+    lookups = _policy_reads(h, monkeypatch)
     for value in (False, True, False):
         await c.set_value(rewound, value)
     assert lookups == []  # a committed address's policy is known: no row is read
@@ -182,15 +188,7 @@ async def test_an_address_keyed_by_what_the_command_made_reads_no_policy(
     namespace outside ``pico.`` reads it as usual, and the policy check still holds."""
     h = await backend.open()
     c = await h.root()
-    lookups: list[tuple[str, ...]] = []
-    state = h._line.storage.state
-    real = state.address_policy
-
-    def counted(*address: str) -> bool | None:
-        lookups.append(address)
-        return real(*address)
-
-    monkeypatch.setattr(state, "address_policy", counted)
+    lookups = _policy_reads(h, monkeypatch)
 
     def made(namespace: str, *, earlier: int | None = None) -> Callable[[Command], int]:
         def build(tx: Command) -> int:
