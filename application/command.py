@@ -516,10 +516,11 @@ class Command:
         it and this command's write establishes its rewind policy: nothing to read from
         the store (on SQLite a read transaction). Any other position changes nothing: the
         write reads the policy as usual."""
-        first = self._first
+        first, last = self._first, self.last
         if (
             first is not None
-            and first <= position < first + self._allocated
+            and last is not None
+            and first <= position <= last
             and address.namespace.startswith(RESERVED_PREFIX)
         ):
             policy = (address.scope_kind, address.kind, address.namespace, address.storage_key)

@@ -12,8 +12,8 @@ store applies them. Each is good only while the live-task mirror's ``generation`
 one it was loaded under (``TaskQueries.fresh``): it moves when that mirror's token says
 someone else changed the store (another handle claimed the session) and when the owner's
 own batch may have been lost (a failed save or flush, a claim), and then everything here
-is read again. Bounded: past its limit a mirror
-starts over, and what it dropped costs one read.
+is read again. Bounded: past its limit a mirror starts over, and what it dropped costs one
+read.
 """
 
 from __future__ import annotations
