@@ -121,7 +121,16 @@ class CommandLine:
         # durability="fsync"). Not on PostgreSQL, whose command is one round trip with its
         # COMMIT (a shared one would add a round trip), nor where a save is the write.
         self.groups = bool(getattr(storage, "shares_commits", False))
+        # The flush window's timer, armed for ``_flush_at``, and the deadline of the pending
+        # commands (``_flush_by``: the first one's save plus ``FLUSH_WINDOW``). A commit
+        # leaves the timer armed: it fires, finds nothing pending or a later deadline, and
+        # is done or armed again for that. One timer a window, not one armed and cancelled
+        # for each run of deferred commands (~4 a turn, each a TimerHandle, a heap push and
+        # a cancelled entry for the loop to pop).
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_at = 0.0
+        self._flush_by = 0.0
+        self._flush_loop: asyncio.AbstractEventLoop | None = None
         # Commands run since one last yielded the event loop (``run``).
         self._unyielded = 0
         # One span per command (application/telemetry.py); the harness sets its own.
@@ -408,12 +417,16 @@ class CommandLine:
             self.policies.clear()
         self.policies.update(tx.policies)
         if defer:
-            self.pending = True
+            if not self.pending:
+                self.pending = True
+                loop = asyncio.get_running_loop()
+                self._flush_by = loop.time() + FLUSH_WINDOW
+                if self._flush_timer is None or self._flush_loop is not loop:
+                    # (A timer left on another loop, one that ran the line before, may
+                    # never fire.)
+                    self._disarm()
+                    self._arm(loop, self._flush_by)
             self._deferred += 1
-            if self._flush_timer is None:
-                self._flush_timer = asyncio.get_running_loop().call_later(
-                    FLUSH_WINDOW, self._flush_due
-                )
         else:
             self._settled()
             if self.on_durable is not None:
@@ -457,6 +470,13 @@ class CommandLine:
     def _settled(self) -> None:
         self.pending = False
         self._durable = self._deferred
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self._flush_at = when
+        self._flush_loop = loop
+        self._flush_timer = loop.call_at(when, self._flush_due)
+
+    def _disarm(self) -> None:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
@@ -465,8 +485,13 @@ class CommandLine:
         self._flush_timer = None
         if not self.pending or self.closed or self.faulted is not None:
             return
+        loop = asyncio.get_running_loop()
+        if self._flush_by > self._flush_at:
+            # Armed for commands a commit made durable since: these are due later.
+            self._arm(loop, self._flush_by)
+            return
         if self._lock.locked():  # a command is building: try again after the window
-            self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_WINDOW, self._flush_due)
+            self._arm(loop, loop.time() + FLUSH_WINDOW)
             return
         try:
             self.flush()
@@ -510,6 +535,7 @@ class CommandLine:
                 with contextlib.suppress(PersistenceUncertainError):  # faulted; closing anyway
                     self.flush()
             self._settled()
+            self._disarm()
             self.closed = True
             self._cache.clear()
             self.storage.close()

@@ -123,6 +123,58 @@ async def test_the_flush_window_commits_an_idle_batch(
     await h.close()
 
 
+async def test_one_window_timer_serves_successive_batches_and_never_flushes_early(
+    sqlite: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window's timer stays armed across a commit: when it fires for commands a commit
+    already made durable, the commands deferred since wait for their own deadline (their
+    first save plus the window), and are committed then. The loop's clock is held by the
+    test, and the test fires the timer: nothing depends on how fast the machine is."""
+    monkeypatch.setattr(line_module, "FLUSH_WINDOW", 1.0)
+    h = await sqlite.open()
+    c = await h.root()
+    line = h._line
+    loop = asyncio.get_running_loop()
+    clock = [1000.0]
+    armed: list[float] = []  # when each window timer was armed for
+    handles: list[asyncio.TimerHandle] = []
+    real_call_at = loop.call_at
+
+    def call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        if callback != line._flush_due:
+            return real_call_at(when, callback, *args, **kwargs)
+        armed.append(when)
+        handle = real_call_at(when + 3600, callback, *args, **kwargs)  # the test fires it
+        handles.append(handle)
+        return handle
+
+    monkeypatch.setattr(loop, "time", lambda: clock[0])
+    monkeypatch.setattr(loop, "call_at", call_at)
+    try:
+        first = await line.run(_append(c.id, "first"), defer=True)
+        assert armed == [1001.0]
+        clock[0] = 1000.5
+        durable = await c.append("user", "durable")  # commits the first with it
+        assert not line.pending
+        clock[0] = 1000.75
+        second = await line.run(_append(c.id, "second"), defer=True)
+        assert armed == [1001.0]  # the timer armed for the first serves the second
+        clock[0] = 1001.0
+        line._flush_due()  # due for the first, which is durable: the second is not due
+        assert line.pending
+        assert await _entry_ids(sqlite.url, sqlite.session) == [first, durable]
+        assert armed == [1001.0, 1001.75]
+        clock[0] = 1001.75
+        line._flush_due()
+        assert not line.pending
+        assert await _entry_ids(sqlite.url, sqlite.session) == [first, durable, second]
+        assert armed == [1001.0, 1001.75]  # nothing pending: no timer armed again
+    finally:
+        for handle in handles:
+            handle.cancel()
+        await h.close()
+
+
 async def test_closing_commits_a_deferred_batch(sqlite: Backend, no_flush_window: None) -> None:
     h = await sqlite.open()
     c = await h.root()
