@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
-from datetime import UTC
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -123,6 +123,28 @@ def test_a_commands_batch_and_its_decoded_events_are_stored_as_the_transcoder_wo
     decoded = [fast.to_domain_event(s) for s in stored]
     assert list(vars(decoded[-1]))[-2:] == ["originator_id", "originator_version"]
     assert fast.to_stored_events(decoded) == stored
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        datetime(2026, 12, 6, 23, 8, 8, 268858, tzinfo=UTC),
+        datetime(2026, 12, 6, 23, 8, 8, tzinfo=UTC),  # no fraction in its text
+        datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=-9, minutes=-30))),
+        datetime(2040, 2, 29, 0, 0, 0, 1, tzinfo=timezone(timedelta(seconds=5445))),
+        datetime(1999, 12, 31, 23, 59, 59, 999999),  # naive
+    ],
+)
+def test_a_timestamps_text_is_the_transcoders_whatever_its_form(stamp: datetime) -> None:
+    """The fast encoder writes the command's timestamp around its ISO text (no serializer
+    call): the bytes are the transcoder's for every form that text takes (a fraction or
+    none, any offset, none, a year of one digit)."""
+    events = _events()
+    for event in events:
+        object.__setattr__(event, "timestamp", stamp)
+    fast = make_mapper()
+    assert fast.to_stored_events(events) == [_reference().to_stored_event(e) for e in events]
+    assert fast.to_domain_event(fast.to_stored_events(events)[0]).timestamp == stamp
 
 
 def test_an_event_holding_more_than_its_fields_is_stored_with_all_of_them() -> None:
