@@ -121,7 +121,8 @@ class CommandLine:
         # durability="fsync"). Not on PostgreSQL, whose command is one round trip with its
         # COMMIT (a shared one would add a round trip), nor where a save is the write.
         self.groups = bool(getattr(storage, "shares_commits", False))
-        # The flush window's timer, armed for ``_flush_at``, and the deadline of the pending
+        # The flush window's timer, armed for ``_flush_at`` (the time it asked the loop
+        # for: the handle is gone once it fires), and the deadline of the pending
         # commands (``_flush_by``: the first one's save plus ``FLUSH_WINDOW``). A commit
         # leaves the timer armed: it fires, finds nothing pending or a later deadline, and
         # is done or armed again for that. One timer a window, not one armed and cancelled

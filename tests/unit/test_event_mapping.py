@@ -136,9 +136,10 @@ def test_a_commands_batch_and_its_decoded_events_are_stored_as_the_transcoder_wo
     ],
 )
 def test_a_timestamps_text_is_the_transcoders_whatever_its_form(stamp: datetime) -> None:
-    """The fast encoder writes the command's timestamp around its ISO text (no serializer
-    call): the bytes are the transcoder's for every form that text takes (a fraction or
-    none, any offset, none, a year of one digit)."""
+    """The fast encoder writes the command's timestamp once, as the opening of every body
+    of the command (``_PlainEventMapper._stamped``): the bytes are the transcoder's for
+    every form its ISO text takes (a fraction or none, any offset or none, a year of one
+    digit), and the timestamp decodes back to the same value."""
     events = _events()
     for event in events:
         object.__setattr__(event, "timestamp", stamp)
