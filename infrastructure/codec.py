@@ -79,6 +79,10 @@ def make_mapper() -> _PlainEventMapper:
     return _PlainEventMapper(transcoder=transcoder)
 
 
+#: A body's opening up to its timestamp's ISO text: the transcoder's tagged datetime.
+_STAMP_OPENING = b'{"timestamp":{"_type_":"' + DatetimeAsISO.name.encode() + b'","_data_":"'
+
+
 # Field annotations whose values the JSON transcoder writes as plain JSON (no transcoding).
 _PLAIN_TYPE = re.compile(r"^(?:int|str|bool|float|None|list|dict|\[|\]|,|\||\s)*$")
 
@@ -109,8 +113,10 @@ class _PlainEventMapper(Mapper[UUID]):
     def _stamped(self, stamp: datetime) -> tuple[datetime, bytes]:
         """A new command timestamp and the opening of a body with it (transcoded), made
         once and kept. One tuple, replaced whole: threads may share the mapper."""
-        transcoded = {"_type_": DatetimeAsISO.name, "_data_": stamp.isoformat()}
-        last = (stamp, b'{"timestamp":' + pydantic_core.to_json(transcoded))
+        # The ISO text is digits, '-', ':', 'T', '.' and '+' only: no JSON escape, so it
+        # is spliced in as it is (what ``to_json`` of the transcoded dict wrote, a third of
+        # the time: one command's timestamp a command).
+        last = (stamp, _STAMP_OPENING + stamp.isoformat().encode("ascii") + b'"}')
         self._last_stamp = last
         return last
 
