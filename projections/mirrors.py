@@ -51,6 +51,10 @@ WRITTEN_VALUES = 1024
 ValueRow = tuple[str, str, int, str]
 
 
+#: The ops that change a current value (a tuple made once, not a union each op).
+_VALUE_OPS = (PutValue, DropValue)
+
+
 class _Generation:
     """What a mirror was loaded under: ``current()`` is the generation to use now (None:
     no mirror, read the store), having dropped what an earlier generation loaded."""
@@ -251,7 +255,7 @@ class PrefixValues:
         if not scopes:
             return
         for op in ops:
-            if isinstance(op, PutValue | DropValue):
+            if isinstance(op, _VALUE_OPS):
                 prefixes = scopes.get(op.scope)
                 if prefixes is None:
                     continue
