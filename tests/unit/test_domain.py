@@ -93,6 +93,32 @@ def test_projector_orders_by_sequence_and_stamps_the_commit_end() -> None:
     assert isinstance(entry, PutEntry) and entry.commit_end == 6 and entry.key == "k"
 
 
+def test_projector_projects_an_event_of_a_subclass_as_its_known_class() -> None:
+    """``project`` dispatches on an event's exact class; an event of a subclass (pico
+    defines none) is projected as the known class it derives from, as an ``isinstance``
+    chain would, and an event class it does not know makes no rows."""
+    conv = Conversation.start(session_id="s", conversation_id=1)
+    conv.collect_events()
+    conv.append_entry(seq=5, kind="user", content='"x"', metadata=None, key="k", by_task_id=None)
+    conv.append_context(seq=6, ids=[5], refs={5: EntryRef(5, 1)})
+    session = Session(session_id="s")
+    session.head = 4
+    session.collect_events()
+    session.commit(first=5, last=6)
+    events = [*conv.collect_events(), *session.collect_events()]
+
+    class LaterEntry(Conversation.EntryAppended):
+        pass
+
+    entry = object.__new__(LaterEntry)
+    vars(entry).update(vars(events[0]))
+    unknown = object.__new__(Session.ChainStarted)
+    vars(unknown).update(seq=7, anchor="sha256:" + "0" * 64, events=3)
+    assert project([entry, *events[1:]]) == project(events)
+    assert project([entry, unknown, *events[1:]]) == project(events)  # and again: remembered
+    assert project([unknown]) == []
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {1: 2}, (1,), {"a": b"x"}, {3}])
 def test_strict_json_rejects_what_is_not_json(bad: object) -> None:
     with pytest.raises(InvalidJsonError):
