@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pico.domain.conversation import Conversation
@@ -77,7 +79,9 @@ def test_complete_exchange_requires_every_call_answered_after_its_call() -> None
         complete_exchange(1, [2, 1, 3], refs)
 
 
-def test_projector_orders_by_sequence_and_stamps_the_commit_end() -> None:
+def _entry_commit() -> tuple[list[Any], list[Any]]:
+    """One command's events: a conversation's entry and its context append, and the
+    session's commit boundary (conversation events, session events)."""
     conv = Conversation.start(session_id="s", conversation_id=1)
     conv.collect_events()
     conv.append_entry(seq=5, kind="user", content='"x"', metadata=None, key="k", by_task_id=None)
@@ -86,7 +90,12 @@ def test_projector_orders_by_sequence_and_stamps_the_commit_end() -> None:
     session.head = 4
     session.collect_events()
     session.commit(first=5, last=6)
-    events = [*session.collect_events(), *conv.collect_events()]  # session first on purpose
+    return list(conv.collect_events()), list(session.collect_events())
+
+
+def test_projector_orders_by_sequence_and_stamps_the_commit_end() -> None:
+    conv_events, session_events = _entry_commit()
+    events = [*session_events, *conv_events]  # session first on purpose
     ops = project(events)
     assert [type(o) for o in ops] == [PutEntry, AppendContext, PutCommit]
     entry = ops[0]
@@ -97,15 +106,8 @@ def test_projector_projects_an_event_of_a_subclass_as_its_known_class() -> None:
     """``project`` dispatches on an event's exact class; an event of a subclass (pico
     defines none) is projected as the known class it derives from, as an ``isinstance``
     chain would, and an event class it does not know makes no rows."""
-    conv = Conversation.start(session_id="s", conversation_id=1)
-    conv.collect_events()
-    conv.append_entry(seq=5, kind="user", content='"x"', metadata=None, key="k", by_task_id=None)
-    conv.append_context(seq=6, ids=[5], refs={5: EntryRef(5, 1)})
-    session = Session(session_id="s")
-    session.head = 4
-    session.collect_events()
-    session.commit(first=5, last=6)
-    events = [*conv.collect_events(), *session.collect_events()]
+    conv_events, session_events = _entry_commit()
+    events = [*conv_events, *session_events]
 
     class LaterEntry(Conversation.EntryAppended):
         pass
