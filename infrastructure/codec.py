@@ -114,8 +114,8 @@ class _PlainEventMapper(Mapper[UUID]):
         """A new command timestamp and the opening of a body with it (transcoded), made
         once and kept. One tuple, replaced whole: threads may share the mapper."""
         # The ISO text is digits, '-', ':', 'T', '.' and '+' only: no JSON escape, so it
-        # is spliced in as it is (what ``to_json`` of the transcoded dict wrote, a third of
-        # the time: one command's timestamp a command).
+        # is spliced in as it is (the bytes ``to_json`` of the transcoded dict wrote,
+        # without the dict and the call: once a command).
         last = (stamp, _STAMP_OPENING + stamp.isoformat().encode("ascii") + b'"}')
         self._last_stamp = last
         return last
