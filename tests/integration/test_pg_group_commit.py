@@ -137,7 +137,7 @@ async def test_deferred_commands_share_one_commit_sent_with_the_durable_command(
 
 
 async def test_an_agent_turn_commits_fewer_times_than_it_runs_commands(
-    url: str, session: str
+    url: str, session: str, no_flush_window: None
 ) -> None:
     async def read(args: pico.JsonObject, ctx: pico.ToolContext) -> str:
         return f"contents of {args['path']}"
