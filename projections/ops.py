@@ -17,6 +17,7 @@ from pico.domain.state import SESSION_SCOPE, StateWrite, conversation_scope
 from pico.domain.task import Task
 
 __all__ = [
+    "PROJECTED",
     "AppendContext",
     "CreateConversation",
     "DeleteConversation",
@@ -239,8 +240,25 @@ make_row = tuple.__new__
 _LAST = 1 << 62
 
 
-# The event classes ``project`` knows, in the order it tries them.
-_PROJECTED: tuple[type, ...] = (
+# The state events, by scope (each group projects through one helper below).
+_CONVERSATION_STATE_EVENTS: tuple[type, ...] = (
+    Conversation.ValueSet,
+    Conversation.ValueDeleted,
+    Conversation.ListAppended,
+    Conversation.ListCleared,
+)
+_SESSION_STATE_EVENTS: tuple[type, ...] = (
+    Session.ValueSet,
+    Session.ValueDeleted,
+    Session.ListAppended,
+    Session.ListCleared,
+)
+_CONVERSATION_STATE = frozenset(_CONVERSATION_STATE_EVENTS)
+_SESSION_STATE = frozenset(_SESSION_STATE_EVENTS)
+#: The event classes ``project`` makes rows of, in the order it tries them; every other
+#: event class makes none (``tests/unit/test_domain.py`` holds that each of the
+#: aggregates' event classes is in this tuple or named as making no rows).
+PROJECTED: tuple[type, ...] = (
     Session.Committed,
     Task.Patched,
     Task.Created,
@@ -250,14 +268,8 @@ _PROJECTED: tuple[type, ...] = (
     Conversation.ContextPrefixReplaced,
     Conversation.ContextReset,
     Conversation.Deleted,
-    Conversation.ValueSet,
-    Conversation.ValueDeleted,
-    Conversation.ListAppended,
-    Conversation.ListCleared,
-    Session.ValueSet,
-    Session.ValueDeleted,
-    Session.ListAppended,
-    Session.ListCleared,
+    *_CONVERSATION_STATE_EVENTS,
+    *_SESSION_STATE_EVENTS,
     Session.WorkingScopeRetired,
     Task.AbortRequested,
     Task.OwnedConversationLinked,
@@ -267,12 +279,12 @@ _PROJECTED: tuple[type, ...] = (
 )
 #: Each event class seen, as the known class it is projected as (None: it makes no rows).
 #: An event of a subclass is projected as the first known class it is an instance of.
-_AS: dict[type, Any] = {cls: cls for cls in _PROJECTED}
+_AS: dict[type, Any] = {cls: cls for cls in PROJECTED}
 _UNSEEN = object()
 
 
 def _projected_class(cls: type) -> type | None:
-    found = next((known for known in _PROJECTED if issubclass(cls, known)), None)
+    found = next((known for known in PROJECTED if issubclass(cls, known)), None)
     _AS[cls] = found
     return found
 
@@ -398,19 +410,6 @@ def project(events: Iterable[Any]) -> list[RowOp]:
         elif t is Session.Created:
             ops.append(PutSession())
     return ops
-
-
-_CONVERSATION_STATE = frozenset(
-    (
-        Conversation.ValueSet,
-        Conversation.ValueDeleted,
-        Conversation.ListAppended,
-        Conversation.ListCleared,
-    )
-)
-_SESSION_STATE = frozenset(
-    (Session.ValueSet, Session.ValueDeleted, Session.ListAppended, Session.ListCleared)
-)
 
 
 def _conversation_state(t: type, e: Any) -> list[RowOp]:
