@@ -356,7 +356,10 @@ def _plain_encoding(cls: type) -> tuple[str, SchemaSerializer, int, bytes] | Non
                 )
                 for name in names
             }
-        )
+        ),
+        # NaN and the infinities as ``json`` writes them (the transcoder's), not as
+        # pydantic-core's default null, which would decode as None.
+        core_schema.CoreConfig(ser_json_inf_nan="constants"),
     )
     version = getattr(cls, "class_version", 1)
     tail = b"}" if version == 1 else b',"class_version":%d}' % version

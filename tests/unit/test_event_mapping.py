@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
@@ -29,6 +30,23 @@ def _reference() -> Mapper[UUID]:
     return Mapper(transcoder=transcoder)
 
 
+def _task(*, not_before: float | None) -> Task:
+    return Task.start(
+        session_id="s",
+        task_id=7,
+        conversation_id=1,
+        kind="tool",
+        status="ready",
+        role="ready",
+        state='{"args":{"path":"f.py"}}',
+        after=[3, 4],
+        foreground=True,
+        spawned_by=None,
+        not_before=not_before,
+        required_permit=None,
+    )
+
+
 def _events() -> list[Any]:
     session = Session(session_id="s")
     session.claim(owner="o", host="h", pid=1)
@@ -41,20 +59,7 @@ def _events() -> list[Any]:
         seq=5, kind="user", content='"naïve \\"quoted\\""', metadata=None, key="k", by_task_id=None
     )
     conv.append_context(seq=6, ids=[5], refs={5: EntryRef(5, 1)})
-    task = Task.start(
-        session_id="s",
-        task_id=7,
-        conversation_id=1,
-        kind="tool",
-        status="ready",
-        role="ready",
-        state='{"args":{"path":"f.py"}}',
-        after=[3, 4],
-        foreground=True,
-        spawned_by=None,
-        not_before=1733000000.25,
-        required_permit=None,
-    )
+    task = _task(not_before=1733000000.25)
     task.patch(
         seq=8,
         status="done",
@@ -123,6 +128,19 @@ def test_a_commands_batch_and_its_decoded_events_are_stored_as_the_transcoder_wo
     decoded = [fast.to_domain_event(s) for s in stored]
     assert list(vars(decoded[-1]))[-2:] == ["originator_id", "originator_version"]
     assert fast.to_stored_events(decoded) == stored
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_float_is_stored_as_the_transcoder_stores_it(value: float) -> None:
+    """The fast encoder's serializer writes NaN and the infinities as the transcoder's
+    ``json`` does (``NaN``, ``Infinity``), not as pydantic-core's default ``null``, which
+    would decode as None: a stored event must read back as the event that was saved."""
+    (event,) = _task(not_before=value).collect_events()
+    stored = make_mapper().to_stored_event(event)
+    assert stored == _reference().to_stored_event(event)
+    back = make_mapper().to_domain_event(stored).not_before
+    assert isinstance(back, float)
+    assert back == value or (math.isnan(back) and math.isnan(value))
 
 
 @pytest.mark.parametrize(
