@@ -88,6 +88,9 @@ class EventSourcedStorage:
         self.task_queries = TaskQueries(read_store)  # the owner mirrors (own_tasks)
         #: Whether the owner mirrors (``own_tasks``): a save tells them its rows only then.
         self._mirrored = False
+        #: Aggregates a load replayed long while the snapshot store was busy, by id: each
+        #: is snapshotted after the next save if that save saved it (``save``).
+        self._owed: dict[UUID, Aggregate] = {}
         self.tasks: TaskPort = self.task_queries
         self._on_close = on_close
         # A read-only handle follows another owner's commits: where the recorder can be
@@ -133,9 +136,19 @@ class EventSourcedStorage:
         interval = SNAPSHOT_INTERVAL * int(getattr(aggregate, "snapshot_scale", 1))
         if replayed[0] > interval and not self.read_only:
             # A long replay (a store written before snapshots, or one whose snapshots were
-            # dropped): snapshot now, so the next load replays a short tail.
-            self._snapshot(aggregate)
+            # dropped): snapshot it, so the next load replays a short tail. Not while the
+            # snapshot store's connection has a transaction open (SQLite: a command's read
+            # snapshot on the writer's connection, an open batch or a claim's lock, which
+            # a write would end or commit): then after the next save that saves it.
+            if self._snapshot_waits():
+                self._owed[aggregate.id] = aggregate
+            else:
+                self._snapshot(aggregate)
         return aggregate
+
+    def _snapshot_waits(self) -> bool:
+        busy = getattr(self._recorders[1], "busy", None)
+        return busy is not None and bool(busy())
 
     @property
     def shares_commits(self) -> bool:
@@ -256,12 +269,20 @@ class EventSourcedStorage:
             self.state_queries.track(ops)
         if boundary is not None:
             counts[-1][0].link = link  # type: ignore[attr-defined]
-        due = [(a, n) for a, n in counts if _snapshot_due(a, a._version, n)]
+        due = [a for a, n in counts if _snapshot_due(a, a._version, n)]
+        if self._owed:
+            # Long replays loaded while a transaction was open (``load``): the very object
+            # loaded, now saved, so it holds what is stored. Any other is dropped (a failed
+            # command's aggregate holds events never saved); a later load owes it again.
+            owed, self._owed = self._owed, {}
+            for aggregate, _ in counts:
+                if owed.get(aggregate.id) is aggregate and all(aggregate is not a for a in due):
+                    due.append(aggregate)
         if due and defer:
             # A snapshot is written in its own transaction, after the batch it covers:
             # commit the batch here, where a failure reaches the caller (it is uncertain).
             self.flush()
-        for aggregate, _ in due:
+        for aggregate in due:
             self._snapshot(aggregate)
 
     def flush(self) -> None:
@@ -368,6 +389,7 @@ class EventSourcedStorage:
         return anchor_of(paged(self._recorder().select_session_events, self.session_id))
 
     def close(self) -> None:
+        self._owed.clear()
         closer = getattr(self._read_store, "close", None)
         if closer is not None:
             closer()

@@ -110,6 +110,12 @@ class SqlRecorder(AggregateRecorder):
             {} if db.dialect == "sqlite" and self.is_events else None
         )
 
+    def busy(self) -> bool:
+        """Whether this recorder's writer has a transaction open (``RawWriter.busy``): the
+        snapshot recorder shares the events' writer on SQLite, so a snapshot a load owes
+        waits for the next save (storage.py ``load``)."""
+        return self._writer.busy()
+
     @property
     def writer(self) -> RawWriter:
         return self._writer

@@ -128,6 +128,15 @@ class RawWriter:
         fairy, self._fairy, self._conn = self._fairy, None, None
         self.db.idle.give(fairy)
 
+    def busy(self) -> bool:
+        """Whether a transaction is open on this writer's connection, which a write now
+        would join and end instead of running its own: a deferred batch, a claim's lock,
+        or (SQLite) a read snapshot on its thread that began one (``idle_connection``)."""
+        if self.pending or self.held:
+            return True
+        conn = self._conn
+        return self.sqlite and conn is not None and bool(conn.in_transaction)
+
     def idle_connection(self) -> Any | None:
         """The writer's connection for a read on its own thread between transactions (or
         inside its own deferred batch, whose writes the session's reads must see), or
