@@ -7,11 +7,15 @@ For each program it counts the instructions of a run of LOW turns and of HIGH tu
 in its own process under ``valgrind --tool=callgrind``) and prints
 ``(I(HIGH) - I(LOW)) / (HIGH - LOW)``: the instructions of one turn, start-up and set-up
 cancelled out. The programs are the floor (``../shared/bench/floor_turns.py TURNS NORMAL``)
-and ``benchmarks.turns_bench`` on SQLite and on the memory backend.
+and ``benchmarks.turns_bench`` on SQLite and on the memory backend; ``floor_copy`` and
+``floor_plus`` (not run unless named) are ``benchmarks.floor_plus``'s copy of the floor
+without and with pico's stored form (compressed bodies, the hash chain, an asyncio task a
+commit).
 
     python -m benchmarks.instructions                      # floor, SQLite, memory
     python -m benchmarks.instructions --only memory --low 20 --high 120
     python -m benchmarks.instructions --only command --low 1000 --high 3000
+    python -m benchmarks.instructions --only floor --only floor_copy --only floor_plus
 
 ``command`` is not a turn but one command that sets one session value
 (``benchmarks.command_loop``, memory backend): the fixed cost every command pays; its LOW
@@ -51,6 +55,19 @@ PROGRAMS: dict[str, Callable[[int], list[str]]] = {
         sys.executable,
         *("-m", "benchmarks.turns_bench", "--memory", "--turns", str(turns)),
     ],
+    # The floor's copy in ``benchmarks.floor_plus`` (the same commits as the floor), and
+    # that copy with pico's stored form (compressed bodies, the chain, a task a commit):
+    # what the stored form alone costs a turn before any harness logic runs.
+    "floor_copy": lambda turns: [
+        sys.executable,
+        *("-m", "benchmarks.floor_plus", "--rounds", "1", "--only", "plain"),
+        *("--turns", str(turns)),
+    ],
+    "floor_plus": lambda turns: [
+        sys.executable,
+        *("-m", "benchmarks.floor_plus", "--rounds", "1", "--only", "all"),
+        *("--turns", str(turns)),
+    ],
     # Not a turn: one command that sets one value (memory backend), the fixed cost every
     # command of a turn pays; LOW and HIGH count commands.
     "command": lambda commands: [
@@ -58,6 +75,10 @@ PROGRAMS: dict[str, Callable[[int], list[str]]] = {
         *("-m", "benchmarks.command_loop", "--commands", str(commands)),
     ],
 }
+
+
+#: Counted only when ``--only`` names them.
+ON_REQUEST = frozenset({"floor_copy", "floor_plus"})
 
 
 def instructions(command: list[str]) -> int:
@@ -94,7 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.high <= args.low:
         raise SystemExit("--high must be more turns than --low")
-    chosen = args.only or list(PROGRAMS)
+    chosen = args.only or [p for p in PROGRAMS if p not in ON_REQUEST]
     counts = {p: per_turn(p, args.low, args.high) for p in chosen}
     print(f"Instructions per turn (callgrind, turns {args.low}-{args.high}):\n")
     print("| program | M instructions a turn (a command for `command`) | against the floor |")

@@ -123,3 +123,28 @@ def test_the_floor_plus_writes_what_the_floor_writes_and_its_extras_change_only_
     # Three turns: 36 events, 5 entries, 5 context rows, 5 tasks, 2 values, 10 commits each.
     assert counts["floor (this program's copy)"] == [108, 15, 15, 15, 6, 30]
     assert all(c == counts["floor (this program's copy)"] for c in counts.values())
+
+
+def test_the_floor_plus_runs_only_the_variants_named_and_compares_with_the_plain_copy(
+    copy: Path,
+) -> None:
+    # What `benchmarks.instructions` counts: one variant a process. With the plain copy
+    # beside it, a variant's wall and CPU ratios are against it; alone, there is nothing
+    # to compare with.
+    both = run(
+        copy, "floor_plus", ["--turns", "5", "--rounds", "1", "--only", "plain", "--only", "all"]
+    )
+    assert both.returncode == 0, both.stderr[-2000:]
+    rows = [
+        line for line in both.stdout.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| variant",
+        "| floor (this program's copy)",
+        "| + all three",
+    ]
+    assert rows[1].count("| 1.00x |") == 2  # the copy against itself, by both clocks
+    alone = run(copy, "floor_plus", ["--turns", "5", "--rounds", "1", "--only", "chain"])
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    (row,) = [line for line in alone.stdout.splitlines() if line.startswith("| + chain |")]
+    assert row.endswith("| - |") and row.count("| - |") == 2
