@@ -178,7 +178,7 @@ class EventSourcedStorage:
         self.task_queries.own(writer.change_token)
         self.state_queries.known_head = self.task_queries.mirrored_head
         # And the entries it saved last: a turn's context projection reads them back.
-        self.queries.own_entries()
+        self.queries.own_entries(self.task_queries.fresh)
         # And, while the live-task mirror says nobody else changed the store, the context
         # tails a generation request projects and the input queues every placement checks
         # (projections/mirrors.py). Not on the memory read model: it answers those as

@@ -32,7 +32,7 @@ from pico.projections.ops import (
     RetireWorking,
 )
 
-__all__ = ["ContextTails", "Freshness", "PrefixValues", "ValueRow", "WrittenValues"]
+__all__ = ["ContextTails", "Freshness", "Generation", "PrefixValues", "ValueRow", "WrittenValues"]
 
 #: The live-task mirror's generation, or None without a mirror (``TaskQueries.fresh``).
 Freshness = Callable[[], int | None]
@@ -55,7 +55,7 @@ ValueRow = tuple[str, str, int, str]
 _VALUE_OPS = (PutValue, DropValue)
 
 
-class _Generation:
+class Generation:
     """What a mirror was loaded under: ``current()`` is the generation to use now (None:
     no mirror, read the store), having dropped what an earlier generation loaded."""
 
@@ -112,7 +112,7 @@ class ContextTails:
 
     def __init__(self, fresh: Freshness) -> None:
         self._tails: dict[int, _Tail] = {}
-        self._generation = _Generation(fresh, self._tails.clear)
+        self._generation = Generation(fresh, self._tails.clear)
 
     def current(self) -> int | None:
         """Whether the tails may answer now (None: read the store, keep nothing)."""
@@ -175,7 +175,7 @@ class WrittenValues:
     def __init__(self, fresh: Freshness) -> None:
         self._scopes: dict[str, dict[tuple[str, str], tuple[int, str] | None]] = {}
         self._count = 0
-        self._generation = _Generation(fresh, self._clear)
+        self._generation = Generation(fresh, self._clear)
 
     def _clear(self) -> None:
         self._scopes.clear()
@@ -231,7 +231,7 @@ class PrefixValues:
 
     def __init__(self, fresh: Freshness) -> None:
         self._scopes: dict[str, dict[str, dict[tuple[str, str], tuple[int, str]]]] = {}
-        self._generation = _Generation(fresh, self._scopes.clear)
+        self._generation = Generation(fresh, self._scopes.clear)
 
     def current(self) -> int | None:
         return self._generation.current()

@@ -45,6 +45,7 @@ from pico.domain.values import (
 from pico.projections.mirrors import (
     ContextTails,
     Freshness,
+    Generation,
     PrefixValues,
     ValueRow,
     WrittenValues,
@@ -272,17 +273,24 @@ class Queries:
         self.store = store
         #: The entries the session's owner saved last, by id (``own_entries``; None: not
         #: kept). An entry never changes once saved, so ``get_entries`` answers these
-        #: without a read; ``forget_entries`` drops them when a batch may have been lost.
+        #: without a read while the owner's mirrors are good (``_recent_generation``: not
+        #: after a lost batch or another writer's commit, not off the writer's thread);
+        #: ``forget_entries`` drops them when a batch may have been lost.
         self._recent: OrderedDict[int, EntryRow] | None = None
+        self._recent_generation: Generation | None = None
         #: The owner's context tails (``own_tails``; None: every read asks the store).
         self._tails: ContextTails | None = None
 
     # -- the owner's recent entries and context tails
-    def own_entries(self) -> None:
-        self._recent = OrderedDict()
+    def own_entries(self, fresh: Freshness) -> None:
+        """Keep the entries the owner saves while ``fresh`` says its mirrors are good."""
+        recent: OrderedDict[int, EntryRow] = OrderedDict()
+        self._recent = recent
+        self._recent_generation = Generation(fresh, recent.clear)
 
     def disown_entries(self) -> None:
         self._recent = None
+        self._recent_generation = None
 
     def own_tails(self, fresh: Freshness | None) -> None:
         """Keep the owner's context tails while ``fresh`` says its mirrors are good (None:
@@ -459,7 +467,8 @@ class Queries:
         ids = check_ids(ids, "entry ids")
         found: dict[int, Entry] = {}
         recent = self._recent
-        if recent and content:
+        generation = self._recent_generation
+        if recent and content and generation is not None and generation.current() is not None:
             missing: list[int] = []
             for i in ids:
                 row = recent.get(i)
@@ -913,9 +922,10 @@ class TaskQueries:
     def own(self, token: Callable[[], object]) -> None:
         """Mirror the live tasks from now on (SQLite, where each read is a statement; the
         memory read model answers them as cheaply itself). ``token()`` must change
-        whenever anything but this owner's saves changes the store's tasks. The mirror
-        also answers live scans (``scan_tasks(live=True)``) and the session's head
-        (``mirrored_head``)."""
+        whenever anything but this owner's saves changes the store's tasks, and be None
+        where the mirror must not answer (another thread than the writer's, which reads
+        only committed rows). The mirror also answers live scans (``scan_tasks(live=True)``)
+        and the session's head (``mirrored_head``)."""
         self._token = token
         self.forget()
 
@@ -967,6 +977,8 @@ class TaskQueries:
         if self._token is None:
             return None
         seen = self._token()
+        if seen is None:  # not the writer's thread: the store answers
+            return None
         if self._live is None or seen != self._seen:
             self.generation += 1
             self._meta.clear()

@@ -87,28 +87,39 @@ class RawWriter:
         conn = self._conn = self._fairy.driver_connection
         return conn
 
-    def change_token(self) -> tuple[bool, int, int]:
+    def change_token(self) -> tuple[bool, int, int] | None:
         """SQLite: a value that moves whenever the session's rows may have changed other
         than by this writer's own commits: another connection committed to the file
         (``PRAGMA data_version``, per connection), the writer's connection was replaced,
         or a deferred batch was lost (its rows rolled back: by ``abandon`` or a failed
         flush, or by SQLite itself after an I/O or out-of-memory error in a read inside
         it, which leaves the batch pending with no transaction open). What the owner's
-        mirrors check before they are read (projections/queries.py ``TaskQueries.own``)."""
-        conn = self.connection()
-        if conn is not self._token_conn:
-            self._token_conn = conn
-            self._token_epoch += 1
-        self._check_batch(conn)
-        if self.pending and conn.in_transaction and not self._batch_rolled_back:
-            # Inside the open batch (BEGIN IMMEDIATE: this connection holds the file's
-            # write lock) no other connection can commit, so the counter cannot move: read
-            # once a batch (a turn's checks are mostly made inside one: 14 of 17).
-            version = self._batch_version
-            if version is None:
-                version = self._batch_version = _data_version(conn)
-        else:
-            version = _data_version(conn)
+        mirrors check before they are read (projections/queries.py ``TaskQueries.own``).
+        None on any thread but the writer's: the mirrors hold what its saves wrote, an
+        open batch's rows included, and another thread reads only what is committed (the
+        store's reader connections), so it reads the store."""
+        if self.thread is not None and self.thread != threading.get_ident():
+            return None
+        try:
+            conn = self.connection()
+            if conn is not self._token_conn:
+                self._token_conn = conn
+                self._token_epoch += 1
+            self._check_batch(conn)
+            if self.pending and conn.in_transaction and not self._batch_rolled_back:
+                # Inside the open batch (BEGIN IMMEDIATE: this connection holds the file's
+                # write lock) no other connection can commit, so the counter cannot move:
+                # read once a batch (a turn's checks are mostly made inside one: 14 of 17).
+                version = self._batch_version
+                if version is None:
+                    version = self._batch_version = _data_version(conn)
+            else:
+                version = _data_version(conn)
+        except Exception as exc:  # a driver error, as a read would report it
+            translated = self.db.translate(exc, "checking for other writers' commits")
+            if translated is exc:
+                raise
+            raise translated from exc
         intact = self.lost is None and not (self.pending and self._batch_rolled_back)
         return intact, self._token_epoch, version
 

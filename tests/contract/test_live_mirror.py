@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -47,6 +48,20 @@ def _storage(h: pico.Harness) -> EventSourcedStorage:
     storage = h.scheduler.line.storage
     assert isinstance(storage, EventSourcedStorage)
     return storage
+
+
+async def _sqlite_owner(
+    tmp_path: Any,
+) -> tuple[pico.Harness, pico.ConversationHandle, EventSourcedStorage, Any]:
+    """A SQLite owner with its root conversation, its storage and command line, and its
+    mirrors loaded (no live task yet)."""
+    h = await pico.Harness.open(
+        f"sqlite:///{tmp_path / 'p.db'}", session="s", definitions=[Scripted()]
+    )
+    c = await h.root()
+    storage = _storage(h)
+    assert storage.task_queries.live_tasks() == []  # the mirrors load
+    return h, c, storage, h.scheduler.line
 
 
 def _store_live(storage: EventSourcedStorage) -> list[pico.TaskSnapshot]:
@@ -756,12 +771,90 @@ async def test_a_batch_sqlite_rolled_back_by_itself_is_not_served_by_the_mirrors
     assert len(storage.state_queries.values_under(scope, "pico.queue.")) == 1
     assert written.get(*value)[0]  # kept: what it wrote
     assert storage.state_queries.get_value(*value, rewind=False) is not None
+    assert storage.queries._recent is not None and entry in storage.queries._recent
+    assert list(storage.queries.get_entries([entry])) == [entry]  # its recent entries
     storage.recorder.writer.connection().execute("ROLLBACK")  # type: ignore[attr-defined]
     assert storage.task_queries.live_tasks() == [] == _store_live(storage)
     assert storage.queries.context_tail(c.id, 0) == (0, [])
     assert storage.state_queries.values_under(scope, "pico.queue.") == []
     assert storage.state_queries.get_value(*value, rewind=False) is None
+    assert storage.queries.get_entries([entry]) == {}  # nor the entry it saved last
+    assert await h.entry(entry) is None
     line.fault("test: done")
+    await h.close()
+
+
+async def test_another_thread_reads_only_what_is_committed_not_the_owners_mirrors(
+    tmp_path: Any,
+) -> None:
+    """The owner's mirrors hold what its saves wrote, an open deferred batch included; a
+    read on another thread is answered by the store's reader connections, which see only
+    committed rows, and never by the mirrors: no task, entry or head of the open batch,
+    and no page that mixes the two."""
+    h, c, storage, line = await _sqlite_owner(tmp_path)
+    head = storage.queries.meta()
+    assert head is not None
+
+    def build(tx: Command) -> tuple[int, int]:
+        task = tx.create_task(c.id, "work", status="waiting")
+        return task, tx.append_entry(c.id, "user", "deferred")
+
+    task, entry = await line.run(build, defer=True)
+    assert line.pending  # the batch is open on the writer's connection
+    # On the writer's thread the owner sees its own batch (the mirrors answer).
+    assert list(storage.tasks.get_tasks([task])) == [task]
+    assert list(storage.queries.get_entries([entry])) == [entry]
+    seen: dict[str, Any] = {}
+
+    def elsewhere() -> None:
+        seen["tasks"] = storage.tasks.get_tasks([task])
+        seen["live"] = storage.task_queries.live_tasks()
+        seen["entries"] = storage.queries.get_entries([entry])
+        seen["as_of"] = storage.state_queries.scan_values(SESSION_SCOPE).as_of
+
+    def on_another_thread() -> None:
+        # Joined with the event loop held: the flush window's timer cannot commit the
+        # batch while the other thread reads.
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+
+    on_another_thread()
+    assert seen["tasks"] == {} and seen["live"] == [] and seen["entries"] == {}
+    assert seen["as_of"] == head.head  # the committed head, not the batch's
+    assert line.pending  # still open: what the thread read was the committed state
+    line.flush()
+    on_another_thread()  # committed now: every thread sees it
+    assert list(seen["tasks"]) == [task] and list(seen["entries"]) == [entry]
+    assert seen["as_of"] > head.head
+    await h.close()
+
+
+async def test_a_driver_error_checking_for_other_writers_is_a_storage_error(
+    tmp_path: Any,
+) -> None:
+    """The mirrors ask the writer's connection whether anyone else committed (``PRAGMA
+    data_version``) before they answer: a driver error there is reported as a store read's
+    is (``StorageUnavailableError``), never as the driver's own exception, and the handle
+    answers again once the connection does."""
+    h = await pico.Harness.open(
+        f"sqlite:///{tmp_path / 'p.db'}", session="s", definitions=[Scripted()]
+    )
+    c = await h.root()
+    task = await h.command(lambda tx: tx.create_task(c.id, "work", status="waiting"))
+    storage = _storage(h)
+    assert [t.id for t in storage.task_queries.live_tasks()] == [task]  # the mirror loads
+    conn = storage.recorder.writer.connection()  # type: ignore[attr-defined]
+    conn.set_progress_handler(lambda: 1, 1)  # every statement on it is interrupted
+    try:
+        with pytest.raises(pico.StorageUnavailableError, match="other writers' commits"):
+            await h.task(task)
+        with pytest.raises(pico.StorageUnavailableError, match="other writers' commits"):
+            await h.tasks(live=True)
+    finally:
+        conn.set_progress_handler(None, 1)
+    found = await h.task(task)
+    assert found is not None and found.id == task
     await h.close()
 
 
@@ -771,13 +864,7 @@ async def test_a_batch_sqlite_rolled_back_by_itself_stays_lost_inside_a_later_re
     """The same loss, then a read snapshot on the writer's connection opens a transaction
     of its own before anything checks the mirrors: the connection is in a transaction
     again, but not the batch's, and the mirrors still read the store."""
-    h = await pico.Harness.open(
-        f"sqlite:///{tmp_path / 'p.db'}", session="s", definitions=[Scripted()]
-    )
-    c = await h.root()
-    storage = _storage(h)
-    line = h.scheduler.line
-    assert storage.task_queries.live_tasks() == []  # the mirrors load
+    h, c, storage, line = await _sqlite_owner(tmp_path)
     await line.run(_lost_work(c.id), defer=True)
     assert len(storage.task_queries.live_tasks()) == 1  # the owner's own deferred batch
     writer = storage.recorder.writer  # type: ignore[attr-defined]
