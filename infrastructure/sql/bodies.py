@@ -26,6 +26,10 @@ workload (``benchmarks/body_dictionaries.py`` says how; 20.69 MiB of bodies defl
 by zstd on the same bodies (``--zstd``; revision 0010's on bodies whose timestamps are
 spread over years, ``--spread-dates``, so that no date compresses better than another).
 
+A body larger than ``MAX_DECOMPRESSED`` (64 MiB) is stored as JSON, so a compressed body
+that would decompress past it is refused at that size: a damaged or foreign one cannot
+make a read hold gigabytes.
+
 Snapshots are written as JSON: deflating a long conversation's snapshot (~130 KB after
 2,000 turns) costs ~4.5 ms, more per turn than the events' codec, to save ~0.1 MiB of a
 table that keeps one snapshot per aggregate. Their readers decode both forms, so a later
@@ -51,6 +55,7 @@ __all__ = [
     "DICTIONARIES",
     "ENTRY_CONTENT",
     "ENTRY_METADATA",
+    "MAX_DECOMPRESSED",
     "TASK_STATE",
     "ZSTD",
     "ZSTD_LEVEL",
@@ -71,6 +76,11 @@ ZSTD: Final = 0x02
 #: zstd's compression level for every body (1, 2, 3 and 9 measured: 1 the fastest, within
 #: 0.5% of the smallest with these dictionaries).
 ZSTD_LEVEL: Final = 1
+#: The most a compressed body decompresses to: a larger JSON body is stored as it is
+#: (``encode``), so a stored body that would decompress to more is damaged (or foreign),
+#: and is refused before it takes more memory than that (a few KB of zstd or deflate can
+#: claim gigabytes). A read of a damaged file holds at most this much for a body.
+MAX_DECOMPRESSED: Final = 64 * 2**20
 
 
 class BodyFormatError(ValueError):
@@ -472,6 +482,8 @@ def encode(topic: str, body: bytes) -> bytes:
     encoders = getattr(_local, "encoders", None)
     if encoders is None:
         encoders = _local.encoders = {}
+    if len(body) > MAX_DECOMPRESSED:  # stored as it is: no reader inflates that much
+        return body
     header, compress = encoders.get(topic) or _encoder(encoders, topic)
     stored: bytes = header + compress(body)
     return stored if len(stored) < len(body) else body
@@ -551,10 +563,19 @@ def decode(stored: bytes) -> bytes:
     # Inflating needs no priming: a fresh decompressor costs what a copy of a primed one
     # does (~13k instructions a body, callgrind).
     inflater = zlib.decompressobj(-d.wbits, zdict=d.data)
+    limit = MAX_DECOMPRESSED
     try:
-        body = inflater.decompress(stored[2:])
+        body = inflater.decompress(stored[2:], limit + 1)  # never more than the limit
     except zlib.error as exc:
         raise BodyFormatError(f"the stored body does not inflate ({exc})") from None
+    except MemoryError:
+        raise BodyFormatError(
+            "the stored body inflates to more than this process can hold"
+        ) from None
+    if len(body) > limit:
+        raise BodyFormatError(
+            f"the stored body inflates to more than {limit} bytes, more than pico compresses"
+        )
     if not inflater.eof:
         raise BodyFormatError("the stored body's deflate stream is cut short")
     if inflater.unused_data:
@@ -580,6 +601,11 @@ def _unzstd(d: Dictionary, stored: bytes) -> bytes:
         raise BodyFormatError(f"the stored body's zstd frame header is damaged ({exc})") from None
     if size == zstandard.CONTENTSIZE_UNKNOWN:
         raise BodyFormatError("the stored body's zstd frame does not say its size (pico's do)")
+    if size > MAX_DECOMPRESSED:
+        raise BodyFormatError(
+            f"the stored body's zstd frame says {size} bytes, more than pico compresses "
+            f"({MAX_DECOMPRESSED})"
+        )
     decompressors = getattr(_local, "decompressors", None)
     if decompressors is None:
         decompressors = _local.decompressors = {}

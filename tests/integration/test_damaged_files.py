@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import shutil
 import sqlite3
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 import pico
-from pico.infrastructure.sql.bodies import DEFLATE, ZSTD
+from pico.infrastructure.sql.bodies import DEFLATE, DICTIONARIES, MAX_DECOMPRESSED, ZSTD
 from pico.infrastructure.sql.store import SQLITE_PAGE_SIZE
 
 SESSION = "s"
@@ -166,6 +167,16 @@ def _compressed_damage(
     return _rewrite(change)
 
 
+def _deflate_bomb(stored: bytes) -> bytes:
+    """A deflate body with the same dictionary that inflates to 1 MiB more than
+    ``MAX_DECOMPRESSED`` (~65 KB stored)."""
+    d = DICTIONARIES[stored[1]]
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -d.wbits, zdict=d.data)
+    chunk = b"0" * 2**20
+    parts = [squeeze.compress(chunk) for _ in range(MAX_DECOMPRESSED // 2**20 + 1)]
+    return stored[:2] + b"".join(parts) + squeeze.flush()
+
+
 def _topic_damage(event: str, topic: str | bytes) -> Callable[[Path, bytearray], bytes]:
     """Point the event at position ``event`` (SQL) at a new ``pico_topics`` row holding
     ``topic`` (bytes: stored as TEXT as they are, which need not be UTF-8)."""
@@ -226,6 +237,8 @@ BODIES: dict[str, Callable[[Path, bytearray], bytes]] = {
     "session-event-deflate-unknown-dictionary": _compressed_damage(
         "1", lambda b: bytes((DEFLATE, 250)) + b[2:], DEFLATE
     ),
+    # A few KB that inflate past what pico ever compresses: refused at the limit.
+    "session-event-deflate-bomb": _compressed_damage("1", _deflate_bomb, DEFLATE),
     "session-event-zstd-cut-short": _compressed_damage(_LAST_SESSION_EVENT, lambda b: b[:-4], ZSTD),
     "session-event-zstd-unknown-dictionary": _compressed_damage(
         _LAST_SESSION_EVENT, lambda b: bytes((ZSTD, 250)) + b[2:], ZSTD

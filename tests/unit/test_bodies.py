@@ -346,7 +346,7 @@ def _sizeless(body: bytes) -> bytes:
         (bytes((ZSTD, 18)) + b"\xff\xff\xff\xff", "zstd frame header is damaged"),
         (bytes((ZSTD, 18)) + _sizeless(b"0" * 1_000_000), "does not say its size"),
         (bytes((ZSTD, 18)) + b"\x20\x10" + b"\xff" * 12, "does not decompress"),
-        (_huge(), "does not decompress"),
+        (_huge(), "says 35184372088832 bytes, more than pico compresses"),
     ],
 )
 def test_a_body_that_does_not_decode_says_why_and_reads_as_its_stored_bytes(
@@ -357,6 +357,33 @@ def test_a_body_that_does_not_decode_says_why_and_reads_as_its_stored_bytes(
     # What the recorder hands up: the bytes as stored, for the event codec to report at
     # their position like any other damaged body.
     assert readable(damaged) == damaged
+
+
+@pytest.mark.parametrize(
+    ("topic", "says"),
+    [
+        ("someone.elses:Thing.Happened", "inflates to more than 1048576 bytes"),  # deflate
+        ("pico.domain.task:Task.Patched", "says 2097163 bytes, more than pico compresses"),
+    ],
+)
+def test_a_body_that_would_decompress_past_the_limit_is_refused_before_it_is_held(
+    monkeypatch: pytest.MonkeyPatch, topic: str, says: str
+) -> None:
+    """A few KB of deflate or zstd can claim gigabytes. pico stores a body larger than
+    ``MAX_DECOMPRESSED`` as JSON, so a compressed one that would decompress past it is
+    damaged (or another program's): refused at the limit, without holding more, and read
+    as its stored bytes like any damaged body (here with the limit lowered to 1 MiB)."""
+    big = b'{"text":"' + b"0" * (2 << 20) + b'"}'
+    stored = encode(topic, big)  # under the shipped limit: compressed, a few KB
+    assert stored[0] in (DEFLATE, ZSTD) and len(stored) < 20_000
+    monkeypatch.setattr(bodies, "MAX_DECOMPRESSED", 1 << 20)
+    with pytest.raises(BodyFormatError, match=says):
+        decode(stored)
+    assert readable(stored) == stored
+    assert stored_text(stored).startswith("<stored value is damaged")
+    # And pico itself stores a body that large as it is, which reads back whole.
+    assert encode(topic, big) == big
+    assert decode(big) == big
 
 
 @pytest.mark.parametrize(
