@@ -50,7 +50,7 @@ from pico.domain.ids import (
     check_optional_id,
     check_optional_position,
 )
-from pico.domain.json import JsonValue, check_json, dumps, loads
+from pico.domain.json import JsonValue, check_json, check_name, dumps, loads
 from pico.domain.session import Session
 from pico.domain.state import (
     REQUEST_INPUT_NAMESPACE,
@@ -370,9 +370,9 @@ class Command:
             raise InvalidArgumentError(
                 f"an entry kind must be a non-empty string (e.g. 'user'), got {kind!r}"
             )
-        check_json(kind, what="entry kind")  # kind and key are stored text too: the same gate
+        check_name(kind, what="entry kind")  # kind and key are stored text: the names' gate
         if key is not None:
-            check_json(key, what="entry key")
+            check_name(key, what="entry key")
         check_optional_id(by_task_id, "by_task_id")
         conv = self._conversation(conversation_id)
         seq = self._peek()
@@ -986,7 +986,7 @@ class Command:
         """
         if not isinstance(key, str) or not key:
             raise InvalidArgumentError(f"a request key must be a non-empty string, got {key!r}")
-        check_json(key, what="request key")
+        check_name(key, what="request key")
         text = self._request_keys.get(key)
         if text is None:
             found = self._state.get_value(SESSION_SCOPE, REQUEST_INPUT_NAMESPACE, key, rewind=False)
@@ -1041,7 +1041,7 @@ def _check_schedule(not_before: object, required_permit: object) -> None:
             raise InvalidArgumentError(
                 f"required_permit must be a permit name (a string) or None, got {required_permit!r}"
             )
-        check_json(required_permit, what="required_permit")
+        check_name(required_permit, what="required_permit")
 
 
 def _session_write(

@@ -29,6 +29,7 @@ from pico.domain.json import (
     JsonObject,
     JsonValue,
     check_json,
+    check_name,
     dumps,
     is_strict_json,
     loads,
@@ -106,11 +107,11 @@ class Address(Generic[T]):
         namespace = self.namespace
         if type(namespace) is not str or namespace not in _CHECKED_NAMESPACES:
             check_namespace(namespace, core=True)
-            check_json(namespace, what="an address namespace")  # stored text: no surrogates
+            check_name(namespace, what="an address namespace")  # stored text
             if len(_CHECKED_NAMESPACES) < _CHECKED_LIMIT:
                 _CHECKED_NAMESPACES.add(namespace)
         if self.key is not None:
-            check_json(self.key, what="an address key")
+            check_name(self.key, what="an address key")
         untyped = _is_untyped(self.type_)
         object.__setattr__(self, "_untyped", untyped)
         object.__setattr__(self, "_adapter", _adapter_for(Any if untyped else self.type_))
@@ -234,7 +235,7 @@ class WorkingScope:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise CommandRejectedError("a working scope needs a non-empty name")
-        check_json(self.name, what="a working scope name")
+        check_name(self.name, what="a working scope name")
 
     @property
     def scope_id(self) -> str:

@@ -23,7 +23,7 @@ import math
 from json.encoder import encode_basestring
 from typing import Any, TypeAlias
 
-from pico.domain.errors import InvalidJsonError
+from pico.domain.errors import InvalidArgumentError, InvalidJsonError
 
 __all__ = [
     "MAX_DEPTH",
@@ -31,6 +31,7 @@ __all__ = [
     "JsonObject",
     "JsonValue",
     "check_json",
+    "check_name",
     "dumps",
     "is_strict_json",
     "loads",
@@ -212,6 +213,18 @@ def check_json(value: Any, *, what: str = "payload") -> None:
     the first offending path (``what`` is its root)."""
     if not _valid(value, 0):
         _check(value, what, 0)
+
+
+def check_name(text: str, *, what: str) -> None:
+    """A name pico stores as a database text column (a namespace, a key, an entry kind):
+    text JSON can carry (no lone surrogate: ``check_json``) and no NUL character, which
+    PostgreSQL's text cannot hold; refused on every backend alike, before anything runs."""
+    check_json(text, what=what)
+    if "\x00" in text:
+        raise InvalidArgumentError(
+            f"{what} {text!r} contains a NUL character, which a database text column cannot "
+            "hold; remove it"
+        )
 
 
 def dumps(value: Any, *, what: str = "payload") -> str:
