@@ -19,6 +19,7 @@ session that uses it (``_PREPARED`` in ``store.py`` is keyed by connection).
 
 from __future__ import annotations
 
+import select
 import threading
 from typing import Any
 
@@ -60,6 +61,20 @@ class Lent:
         self._idle.release(conn)
 
 
+def _alive(conn: Any) -> bool:
+    """Whether an idle connection's server still holds it, without a round trip: an idle
+    connection is sent nothing, so one whose socket has something to read was ended by
+    its server (a backend that ends sends its FATAL and closes the socket; the rare
+    parameter notice makes a healthy one look the same, and it is replaced)."""
+    if not _reusable(conn):
+        return False
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except Exception:  # no socket: the link is gone
+        return False
+    return not readable
+
+
 class IdleConnections:
     """The process's idle PostgreSQL connections of one ``SqlDatabase``, over its psycopg
     pool: ``take`` lends the one given back last (or one from the pool), in autocommit
@@ -75,8 +90,17 @@ class IdleConnections:
         self._lock = threading.Lock()
 
     def _pop(self) -> Any | None:
-        with self._lock:
-            return self._stack.pop() if self._stack else None
+        """The connection given back last whose server has not closed it; one that it
+        closed (a restart, ``pg_terminate_backend``, ``idle_session_timeout``) goes back
+        to the pool, which replaces it, instead of failing the next command's BEGIN."""
+        while True:
+            with self._lock:
+                if not self._stack:
+                    return None
+                conn = self._stack.pop()
+            if _alive(conn):
+                return conn
+            Lent(self, conn).invalidate()  # the pool drops it and opens a replacement
 
     def take(self) -> Lent:
         """A connection for the caller alone until it gives it back; psycopg's pool

@@ -93,7 +93,14 @@ class _Snapshot(AbstractContextManager[None]):
             # Always, even when the translation itself fails (an error whose text does
             # not render): a snapshot left open would pin every later read to it.
             if opened:
-                store._close_snapshot(local.conn, local.own, local.lent, broken)
+                try:
+                    store._close_snapshot(local.conn, local.own, local.lent, broken)
+                except Exception as ending:  # the server went away since the last read
+                    failed = store.db.translate(ending, "ending a read")
+                    if failed is ending:
+                        raise
+                    if translated is None and exc is None:
+                        raise failed from ending
             else:
                 local.conn = None
         if translated is not None:

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from pico.domain.errors import (
     ConfigurationError,
+    InvalidArgumentError,
     PicoError,
     StorageCorruptError,
     StorageUnavailableError,
@@ -442,6 +443,13 @@ def translate_error(
             f"PostgreSQL at {location} could not be used while {doing}: {_mask_text(text)}; "
             "check that the server is running and reachable, and the user, password and "
             "database in the URL"
+        )
+    if isinstance(orig, psycopg.errors.DataError) and getattr(orig, "sqlstate", None) is None:
+        # Raised by psycopg itself, before anything was sent: a value it cannot send (text
+        # holding NUL), not damage. The names pico stores are refused before this.
+        return InvalidArgumentError(
+            f"PostgreSQL at {location} cannot take a value while {doing}: "
+            f"{_mask_text(text)}; nothing was sent. Remove the character from the value"
         )
     if isinstance(orig, psycopg.errors.DataError | psycopg.errors.UndefinedTable):
         return StorageCorruptError(

@@ -429,9 +429,15 @@ class _ClientBatch:
         conn = self._conn
         result = conn.pgconn.exec_(text.encode(conn.info.encoding))
         if result.status not in _PQ_OK:
+            from psycopg import OperationalError
             from psycopg.errors import error_from_result
 
-            raise error_from_result(result, encoding=conn.info.encoding)
+            error = error_from_result(result, encoding=conn.info.encoding)
+            if getattr(error, "sqlstate", None) is None:
+                # No SQLSTATE: no statement failed, the link did (the server went away).
+                # psycopg's cursor reports that as OperationalError: so does this.
+                raise OperationalError(str(error)) from error
+            raise error
 
     def _query(self) -> Any:
         """Send what is queued through the cursor, which then holds the last result."""
@@ -474,9 +480,13 @@ def _executed(
         name = f"pico_{len(prepared)}"
         numbers = iter(range(1, count + 1))
         text = _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else f"${next(numbers)}", statement)
-        parts.append(f"PREPARE {name} AS {text}")
         call = (f"EXECUTE {name}(", *([","] * (count - 1)), ")") if count else (f"EXECUTE {name}",)
+        # Bound first: a value that cannot be (a text holding NUL) leaves the connection's
+        # registry as it was, not naming a statement its server never prepared.
+        bound = _bind(call, params, cursor)
+        parts.append(f"PREPARE {name} AS {text}")
         prepared[statement] = call
+        return bound
     return _bind(call, params, cursor)
 
 
