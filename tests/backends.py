@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,25 @@ def require_postgres(what: str) -> str:
             pytest.fail("PICO_TEST_POSTGRES_URL is not set but every backend is required")
         pytest.skip(f"set PICO_TEST_POSTGRES_URL to run {what} on PostgreSQL")
     return url
+
+
+def end_backends(pids: list[int]) -> None:
+    """End these PostgreSQL backends from another connection, as a restart or
+    ``idle_session_timeout`` would, and wait until each is gone."""
+    import psycopg
+
+    url = require_postgres("ending connections").replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as admin:
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for _ in range(100):
+            alive = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+            ).fetchone()
+            if alive is not None and alive[0] == 0:
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"backends {pids} did not end")
 
 
 @dataclass

@@ -5,7 +5,6 @@ connection, and an idle connection the server ended is never lent to a command."
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -13,29 +12,11 @@ import pytest
 import pico
 from pico.infrastructure.sql import writer as sql_writer
 from pico.infrastructure.sql.writer import RawWriter
-from tests.backends import require_postgres
+from tests.backends import end_backends, require_postgres
 
 
 def _url() -> str:
     return require_postgres("the lost-link tests").replace("postgresql+psycopg://", "postgresql://")
-
-
-def _end(pids: list[int]) -> None:
-    """End these backends from another connection (a restart, ``idle_session_timeout``),
-    and wait until each is gone."""
-    import psycopg
-
-    with psycopg.connect(_url(), autocommit=True) as admin:
-        for pid in pids:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        for _ in range(100):
-            alive = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
-            ).fetchone()
-            if alive is not None and alive[0] == 0:
-                return
-            time.sleep(0.02)
-    raise AssertionError(f"backends {pids} did not end")
 
 
 async def _open() -> pico.Harness:
@@ -49,7 +30,7 @@ async def test_an_idle_connection_the_server_ended_is_replaced_before_a_command_
     idle = h._line.storage.recorder.db.idle  # type: ignore[attr-defined]
     pids = [conn.info.backend_pid for conn in idle._stack]
     assert pids  # the commands gave their connections back
-    _end(pids)
+    end_backends(pids)
     await c.append("user", "two")  # not a PersistenceUncertainError: BEGIN never went out
     await c.append("user", "three")
     assert [e.content for e in (await c.entries()).items] == ["one", "two", "three"]
@@ -60,7 +41,7 @@ async def test_a_write_on_a_connection_whose_server_ended_is_a_storage_error() -
     h = await _open()
     writer = RawWriter(h._line.storage.recorder.db)  # type: ignore[attr-defined]
     try:
-        _end([writer.connection().info.backend_pid])
+        end_backends([writer.connection().info.backend_pid])
         with pytest.raises(pico.StorageUnavailableError, match="while writing"):
             writer.transaction(lambda cur: cur.execute("SELECT %s::int", (1,)))
     finally:
@@ -74,7 +55,7 @@ async def test_a_read_whose_server_ended_mid_snapshot_ends_as_a_storage_error() 
     rs = h._line.storage._read_store  # type: ignore[attr-defined]
     with pytest.raises(pico.StorageUnavailableError, match="ending a read"), rs.read():
         assert rs.meta() is not None
-        _end([rs._local.conn.info.backend_pid])
+        end_backends([rs._local.conn.info.backend_pid])
     with rs.read():
         assert rs.meta() is not None  # the next read has a live connection
     await h.close()
