@@ -373,7 +373,7 @@ class Journal:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._write(self.main, self._header(), new=True)
         if self.fsync:  # the store directory may be new too: its own entry
-            self._sync_dir(self.directory.parent)
+            self.sync_dir(self.directory.parent)
 
     def _header(self) -> bytes:
         header = {"format": FORMAT, "version": FORMAT_VERSION, "session": self.session_id}
@@ -419,7 +419,7 @@ class Journal:
         if new and not self.scopes.is_dir():
             self.scopes.mkdir()
             if self.fsync:  # the sidecar directory's own entry, before a file in it
-                self._sync_dir(self.directory)
+                self.sync_dir(self.directory)
         self._write(path, _encode(line), new=new)
 
     def unlink(self, path: Path) -> None:
@@ -439,10 +439,11 @@ class Journal:
         if self.fsync:
             os.fsync(fd)
             if new:  # the new file's directory entry must survive power loss too
-                self._sync_dir(path.parent)
+                self.sync_dir(path.parent)
 
     @staticmethod
-    def _sync_dir(directory: Path) -> None:
+    def sync_dir(directory: Path) -> None:
+        """fsync ``directory``: a file created or renamed in it survives a power loss."""
         dirfd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dirfd)

@@ -24,7 +24,8 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
-from pico.infrastructure.jsonl.journal import file_name
+from pico.domain.errors import StorageUnavailableError
+from pico.infrastructure.jsonl.journal import Journal, file_name
 from pico.infrastructure.jsonl.store import JsonlStore
 from pico.infrastructure.memory import MemoryRecorder
 
@@ -67,11 +68,9 @@ class JsonlSnapshotRecorder(MemoryRecorder):
         complete, tail = lines[:-1], lines[-1]
         for number, raw in enumerate(complete, start=1):
             try:
-                oid_text, version, topic, body = json.loads(raw)
-                oid = UUID(oid_text)
-                stored = StoredEvent(oid, int(version), str(topic), str(body).encode())
-            except (ValueError, TypeError) as exc:
-                self._give_up(f"line {number} is not a snapshot ({exc})")
+                oid, stored = _snapshot(raw)
+            except Exception as exc:  # any damage (a huge number, deep nesting) is only a miss
+                self._give_up(f"line {number} is not a snapshot ({type(exc).__name__}: {exc})")
                 return
             last = self.db.last_version(oid)
             if last is None or stored.originator_version > last:
@@ -90,7 +89,22 @@ class JsonlSnapshotRecorder(MemoryRecorder):
             try:
                 self._rewrite(list(newest.values()))
             except OSError as exc:
+                if ahead:  # left as it is, a later open would restore that snapshot
+                    self._remove(exc)
                 self._give_up(f"cannot be rewritten ({exc})")
+
+    def _remove(self, why: OSError) -> None:
+        """Remove a file holding a snapshot of a lost history that could not be rewritten
+        (it is only a cache); one that cannot be removed either refuses the writer's open,
+        before anything is appended past that snapshot."""
+        try:
+            self.path.unlink()
+        except OSError as exc:
+            raise StorageUnavailableError(
+                f"{self.path} holds a snapshot of a history the journal lost, and can be "
+                f"neither rewritten ({why}) nor removed ({exc}); remove it (it is only a "
+                "cache of the journal) and open the session again"
+            ) from exc
 
     def _give_up(self, why: str) -> None:
         log.warning("%s %s; this session opens without its snapshots", self.path, why)
@@ -104,6 +118,8 @@ class JsonlSnapshotRecorder(MemoryRecorder):
             f.flush()
             os.fsync(f.fileno())
         os.replace(fresh, self.path)
+        # The rename must survive a power loss too: the old file may hold a stale snapshot.
+        Journal.sync_dir(self.path.parent)
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -113,15 +129,41 @@ class JsonlSnapshotRecorder(MemoryRecorder):
         data = b"".join(_line(e) for e in stored_events)
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = self._fd
+        size = os.fstat(fd).st_size
         view = memoryview(data)
-        while view:  # whole lines: a short write continues where it stopped
-            view = view[os.write(self._fd, view) :]
+        try:
+            while view:  # whole lines: a short write continues where it stopped
+                view = view[os.write(fd, view) :]
+        except OSError:
+            # A part of a line (a full disk): cut it off, or the file no longer reads as
+            # snapshots; one that cannot be cut is never written again by this handle.
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                self._disabled = True
+            raise
         return super().insert_events(stored_events, **kwargs)
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _snapshot(raw: bytes) -> tuple[UUID, StoredEvent]:
+    """A snapshot line as written by ``_line`` (its stream id, and it as a stored event):
+    an id, a version, a topic and a body that is a JSON object, each of its type; anything
+    else raises."""
+    oid_text, version, topic, body = json.loads(raw)
+    if not (type(oid_text) is str and type(version) is int and version > 0):
+        raise ValueError("no stream id and version")
+    if not (type(topic) is str and type(body) is str):
+        raise ValueError("no topic and body")
+    if not isinstance(json.loads(body), dict):
+        raise ValueError("its body is not a JSON object")
+    oid = UUID(oid_text)
+    return oid, StoredEvent(oid, version, topic, body.encode())
 
 
 def _line(stored: StoredEvent) -> bytes:

@@ -5,9 +5,13 @@ dropped and that aggregate replays more events; the file is compacted on a write
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import pico
 from pico.infrastructure.storage import SNAPSHOT_INTERVAL
@@ -133,17 +137,20 @@ async def test_a_long_replay_leaves_a_snapshot_for_the_next_open(
     await h.close()
 
 
-async def test_a_snapshot_of_a_lost_history_is_never_restored_later(tmp_path: Path) -> None:
-    """The journal loses its tail but the snapshot file keeps a snapshot of it; the new
-    history then grows past that version. The writer's open removed the stale snapshot
-    before appending, so every later open restores exactly what a replay gives."""
-    from pico.domain.ids import conversation_uuid
-
+async def _lose_a_snapshotted_tail(tmp_path: Path) -> None:
+    """A journal whose root conversation was snapshotted, then its last lines lost (a
+    crash in process durability): the snapshot file is ahead of it."""
     await _build(tmp_path, SNAPSHOT_INTERVAL // 2)  # the root reaches its first snapshot
-    main, snapshots = _files(tmp_path)
+    main, _ = _files(tmp_path)
     lines = main.read_bytes().splitlines(keepends=True)
     main.write_bytes(b"".join(lines[:-12]))  # the lost tail
-    h = await pico.Harness.open(_url(tmp_path))
+
+
+async def _grow_past_it_and_compare(tmp_path: Path, h: pico.Harness) -> None:
+    """Grow the root past the lost version on ``h`` (a writer just opened), close it; a
+    reopen restores the root exactly as a replay without snapshots gives it."""
+    from pico.domain.ids import conversation_uuid
+
     c = await h.root()
     await c.command(lambda tx: tx.append_entry("user", "unselected"))  # shift the parity
     for i in range(12):
@@ -153,12 +160,21 @@ async def test_a_snapshot_of_a_lost_history_is_never_restored_later(tmp_path: Pa
     h = await pico.Harness.open(_url(tmp_path))
     restored = h._line.storage.load(conversation_uuid("main", cid))
     await h.close()
-    snapshots.unlink()
+    _files(tmp_path)[1].unlink(missing_ok=True)
     reader = await pico.Harness.open(_url(tmp_path), read_only=True)
     replayed = reader._line.storage.load(conversation_uuid("main", cid))
     await reader.close()
     assert restored is not None and replayed is not None
     assert vars(restored) == vars(replayed)
+
+
+async def test_a_snapshot_of_a_lost_history_is_never_restored_later(tmp_path: Path) -> None:
+    """The journal loses its tail but the snapshot file keeps a snapshot of it; the new
+    history then grows past that version. The writer's open removed the stale snapshot
+    before appending, so every later open restores exactly what a replay gives."""
+    await _lose_a_snapshotted_tail(tmp_path)
+    h = await pico.Harness.open(_url(tmp_path))
+    await _grow_past_it_and_compare(tmp_path, h)
 
 
 async def test_a_session_named_like_another_sessions_snapshot_file_is_untouched(
@@ -177,3 +193,89 @@ async def test_a_session_named_like_another_sessions_snapshot_file_is_untouched(
     again = await pico.Harness.open(url, session="a.snapshots")
     assert await state_digest(again) == digest
     await again.close()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'["00000000-0000-0000-0000-000000000001",1e400,"t","{}"]',  # a version past int
+        b"[" * 100_000 + b"]" * 100_000,  # nesting past the parser's recursion
+        b'["00000000-0000-0000-0000-000000000001",1,"t","{not json"]',  # a body not JSON
+        b'["00000000-0000-0000-0000-000000000001",1,"t",{"an":"object"}]',  # not a text
+    ],
+    ids=["huge-version", "deep-nesting", "body-not-json", "body-an-object"],
+)
+async def test_a_damaged_snapshot_line_costs_the_open_its_snapshots_only(
+    tmp_path: Path, line: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The snapshot file is never authoritative: whatever a line holds, the session opens
+    from its journal (the aggregates replay more) and says why in a warning."""
+    digest, _ = await _build(tmp_path, SNAPSHOT_INTERVAL * 2)
+    _, snapshots = _files(tmp_path)
+    snapshots.write_bytes(line + b"\n" + snapshots.read_bytes())
+    for read_only in (True, False):
+        caplog.clear()
+        h = await pico.Harness.open(_url(tmp_path), read_only=read_only)
+        assert await state_digest(h) == digest
+        await h.close()
+        assert any("is not a snapshot" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_snapshot_append_cut_short_leaves_the_file_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk stops a snapshot line half-way: the part is cut off again, so the file
+    still reads as snapshots at the next open (a part left there, the next lines appended
+    after it, would have made every later open give the whole file up)."""
+    real_write = os.write
+    cut = {"armed": False, "done": False}
+
+    def writing(fd: int, data: Any) -> int:
+        # The snapshot file's first append after arming, half of it; nothing else.
+        if (
+            cut["armed"]
+            and not cut["done"]
+            and os.readlink(f"/proc/self/fd/{fd}").endswith("+snapshots.jsonl")
+        ):
+            cut["done"] = True
+            real_write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", writing)
+    h = await pico.Harness.open(_url(tmp_path))
+    c = await h.root()
+    cut["armed"] = True
+    for i in range(SNAPSHOT_INTERVAL * 2):
+        await c.append("user", f"message {i}")
+    digest = await state_digest(h)
+    await h.close()
+    assert cut["done"]  # a snapshot append failed half-way
+    monkeypatch.setattr(os, "write", real_write)
+    _, snapshots = _files(tmp_path)
+    lines = snapshots.read_bytes().splitlines()
+    assert lines and all(isinstance(json.loads(line), list) for line in lines)
+    caplog.clear()
+    h = await pico.Harness.open(_url(tmp_path))
+    assert await state_digest(h) == digest
+    await h.close()
+    assert not any("is not a snapshot" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_stale_snapshot_that_cannot_be_rewritten_away_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot ahead of a journal a crash cut back must go before the stream grows past
+    it. When the file cannot be rewritten (the rename refused), it is removed (it is only
+    a cache), so no later open restores the stale snapshot as current."""
+    await _lose_a_snapshotted_tail(tmp_path)
+    real_replace = os.replace
+
+    def refusing(src: Any, dst: Any) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(dst))
+
+    monkeypatch.setattr(os, "replace", refusing)
+    h = await pico.Harness.open(_url(tmp_path))
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not _files(tmp_path)[1].exists()  # removed: it held a snapshot of the lost history
+    await _grow_past_it_and_compare(tmp_path, h)
