@@ -24,6 +24,7 @@ naming the file, line and byte offset), and nothing is truncated or rewritten th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ __all__ = [
     "WorkingBatch",
     "check_append",
     "file_name",
+    "session_name_fits",
 ]
 
 FORMAT = "pico-jsonl"
@@ -64,9 +66,21 @@ MAIN_SCOPE = "main"
 _RELOADS = 10
 
 
+#: The longest file name the file systems pico runs on take (Linux's NAME_MAX), in bytes.
+NAME_MAX = 255
+#: The longest suffix a session's files add to its encoded name (a snapshot rewrite's).
+SESSION_SUFFIX = "+snapshots.jsonl.new"
+
+
 def file_name(name: str) -> str:
     """A session or scope name as one file-name component (percent-encoded)."""
     return quote(name, safe="") or "%00"
+
+
+def session_name_fits(session_id: str) -> bool:
+    """Whether every file of ``session_id`` has a name the file system takes (a non-ASCII
+    character is 9 bytes percent-encoded, so 28 CJK characters are too many)."""
+    return len(os.fsencode(file_name(session_id) + SESSION_SUFFIX)) <= NAME_MAX
 
 
 def check_append(last: int, lo: int, hi: int) -> Literal["duplicate", "next", "gap"]:
@@ -405,7 +419,13 @@ class Journal:
     def sidecar(self, scope: str, first: int) -> Path:
         """The file of a working-scope lifetime that starts at ``first``: each lifetime its
         own file, so a delayed cleanup of an old lifetime can never touch a reused name."""
-        return self.scopes / f"{file_name(scope)}.{first}.jsonl"
+        name = f"{file_name(scope)}.{first}.jsonl"
+        if len(os.fsencode(name)) > NAME_MAX:
+            # Too long for a file name: its hash instead ("%%" starts no encoded name). The
+            # file's lines name their scope; its name only keeps lifetimes apart.
+            digest = hashlib.sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()
+            name = f"%%{digest}.{first}.jsonl"
+        return self.scopes / name
 
     def append_working(self, path: Path, batch: WorkingBatch, scope: str) -> None:
         line = {

@@ -26,6 +26,7 @@ recorder's session reads outside one), so a snapshot is never torn by a refresh 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -40,6 +41,7 @@ from uuid import UUID
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from pico.domain.errors import (
+    ConfigurationError,
     SessionLockedError,
     StorageCorruptError,
     StorageUnavailableError,
@@ -47,6 +49,7 @@ from pico.domain.errors import (
 )
 from pico.domain.state import StateWrite
 from pico.infrastructure.jsonl.journal import (
+    NAME_MAX,
     SESSION_TOPIC,
     Batch,
     Cursor,
@@ -54,6 +57,7 @@ from pico.infrastructure.jsonl.journal import (
     Loaded,
     WorkingBatch,
     check_append,
+    session_name_fits,
 )
 from pico.infrastructure.memory import MemoryDatabase, MemoryRecorder
 from pico.projections.memory import MemoryReadStore
@@ -68,6 +72,18 @@ MAIN = "main"
 #: The writers open in this process, by (resolved main file, session): ``pico check``
 #: compares a journal's replay with the read model its live owner answers from.
 _writers: weakref.WeakValueDictionary[tuple[str, str], JsonlStore] = weakref.WeakValueDictionary()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits every writer's lock and journal descriptors. An ``flock``
+    belongs to the open file, so a child that kept its copy would hold the session's lock
+    after its parent closed, until it exited. The child closes its copies (it never
+    unlocks: that would drop its parent's lock too), and its handles write nothing."""
+    for store in list(_writers.values()):
+        store.inherited()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def live_writer(directory: Path, session_id: str) -> JsonlStore | None:
@@ -88,6 +104,7 @@ class JsonlStore:
         self.db = MemoryDatabase()
         self.last = 0  # the journal's last durable sequence
         self._lock_fd: int | None = None
+        self._inherited = False  # a forked child's copy of a writer: it writes nothing
         self._lifetimes: dict[str, Path] = {}  # live working scope -> its sidecar
         # A read-only store follows the journal: what it consumed, and which file it is.
         self._cursor = Cursor()
@@ -114,6 +131,13 @@ class JsonlStore:
         the files unreadable or not writable, is ``StorageUnavailableError`` (nothing
         created or changed)."""
         directory = self.journal.directory
+        if not session_name_fits(self.session_id):
+            raise ConfigurationError(
+                f"the session name {self.session_id!r} is too long for a JSONL store: its "
+                f"files are named after it, percent-encoded, and would be longer than the "
+                f"{NAME_MAX} bytes a file name may take (a non-ASCII character takes 9); "
+                "choose a shorter name"
+            )
         if directory.exists() and not directory.is_dir():
             raise StorageUnavailableError(
                 f"the JSONL store {directory} is a file; a jsonl:/// URL names a directory "
@@ -339,6 +363,11 @@ class JsonlStore:
     ) -> bool:
         """Make one batch durable in the files; False for a duplicate (already stored).
         Raises ``IntegrityError`` for a gap (another writer's batch is missing here)."""
+        if self._inherited:
+            raise StorageUnavailableError(
+                f"{self.journal.main}: this handle was opened by the process this one was "
+                "forked from, which owns the session; open the session in this process"
+            )
         versions = [e.originator_version for e in events if e.topic.startswith(SESSION_TOPIC)]
         if not versions:
             raise IntegrityError("a batch without a session event cannot be journaled")
@@ -366,6 +395,17 @@ class JsonlStore:
                 if retired is not None:
                     self._unlink(retired)  # after the authoritative main retirement
         return True
+
+    def inherited(self) -> None:
+        """In a forked child: close the copies of the lock and journal descriptors (see
+        ``_after_fork_in_child``); every later write refuses."""
+        self._inherited = True
+        lock, self._lock_fd = self._lock_fd, None
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock)
+        with contextlib.suppress(OSError):
+            self.journal.close()
 
     def close(self) -> None:
         key = (str(self.journal.main.resolve()), self.session_id)

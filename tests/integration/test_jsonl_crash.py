@@ -318,3 +318,86 @@ async def test_a_second_writer_process_is_refused_until_the_first_is_gone(
     after = await c.append("user", "the next owner")
     assert [e.id for e in (await c.entries()).items] == [entry, after]
     await h.close()
+
+
+async def test_a_forked_child_does_not_keep_the_writers_lock_after_the_writer_closes(
+    tmp_path: Path,
+) -> None:
+    """An ``flock`` belongs to the open file, which a fork shares with the child: a child
+    that kept its copy would hold the session's lock after its parent closed (a
+    multiprocessing pool forked from a process with a harness open). The child closes its
+    copies at the fork, and the handle it inherited writes nothing."""
+    url = f"jsonl:///{tmp_path / 'j'}"
+    h = await pico.Harness.open(url, session="forked")
+    await (await h.root()).append("user", "before the fork")
+    release, held = os.pipe()
+    report, told = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: tries its inherited handle's write path, then waits
+        try:
+            os.close(held)
+            os.close(report)
+            store: Any = h._line.storage.recorder.store  # type: ignore[attr-defined]
+            try:
+                store.write([], [], [])
+                verdict = b"wrote"
+            except pico.StorageUnavailableError:
+                verdict = b"refused"
+            except Exception:
+                verdict = b"other"
+            os.write(told, verdict)
+            os.read(release, 1)  # alive, with everything it inherited, until released
+        finally:
+            os._exit(0)
+    os.close(release)
+    os.close(told)
+    try:
+        assert os.read(report, 16) == b"refused"
+        await h.close()
+        # The child still lives; the lock is free all the same.
+        again = await pico.Harness.open(url, session="forked")
+        c = await again.root()
+        await c.append("user", "after")
+        assert [e.content for e in (await c.entries()).items] == ["before the fork", "after"]
+        await again.close()
+    finally:
+        os.write(held, b"x")
+        os.close(held)
+        os.close(report)
+        os.waitpid(pid, 0)
+
+
+async def test_a_session_name_too_long_for_its_file_names_is_refused_before_anything(
+    tmp_path: Path,
+) -> None:
+    """A JSONL session's files are named after it, percent-encoded: 28 CJK characters pass
+    the 200-character name check but make a file name past the file system's 255 bytes.
+    The open says so (not "check the permissions") and creates nothing."""
+    directory = tmp_path / "j"
+    name = "会话" * 14
+    with pytest.raises(pico.ConfigurationError, match="too long for a JSONL store"):
+        await pico.Harness.open(f"jsonl:///{directory}", session=name)
+    assert not directory.exists()
+    h = await pico.Harness.open(f"jsonl:///{directory}", session=name[:20])  # one that fits
+    await h.close()
+
+
+async def test_a_working_scope_name_too_long_for_a_file_name_is_kept_under_its_hash(
+    tmp_path: Path,
+) -> None:
+    """A working scope's lifetime is a sidecar file named after the scope: a name too long
+    for a file name is stored under its hash (the file's lines name the scope), so the
+    scope works as on every other backend, and a reopen reads it back."""
+    url = f"jsonl:///{tmp_path / 'j'}"
+    scope = pico.working_scope("s" * 240)
+    frames = pico.working_list("app.frames", str, scope=scope)
+    h = await pico.Harness.open(url, session="long")
+    await h.command(scope, lambda tx: tx.append_list(frames, "one"))
+    await h.command(scope, lambda tx: tx.append_list(frames, "two"))
+    await h.close()
+    (sidecar,) = (tmp_path / "j" / "long.scopes").iterdir()
+    assert sidecar.name.startswith("%%") and len(sidecar.name) < 255
+    h = await pico.Harness.open(url, session="long")
+    page = await h.read_list(frames)
+    assert [e.value for e in page.items] == ["one", "two"]
+    await h.close()
